@@ -1,0 +1,102 @@
+// Command lapse is the order-timeout service: `lapse serve` runs it, `lapse
+// audit` checks its invariants, `lapse migrate` prepares a database.
+//
+// Every flag can also be set with an environment variable LAPSE_<NAME>
+// (upper case, dashes as underscores): --callback-secret is LAPSE_CALLBACK_SECRET.
+// A flag on the command line wins over the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"serve", "run the HTTP API and cancel unpaid orders at their deadline", runServe},
+	{"migrate", "apply the schema migrations to the store", runMigrate},
+	{"audit", "check every invariant over the store; exit 1 on a violation", runAudit},
+	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
+	{"version", "print the version", runVersion},
+}
+
+// exitError carries a specific exit status (audit uses 1 for a violation).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var ee exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ee):
+			return ee.code
+		case errors.Is(err, errUsage):
+			return 2
+		default:
+			fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "lapse: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "lapse — cancels unpaid orders at their deadline, exactly once, and releases their stock.")
+	fmt.Fprintln(w, "\nUsage: lapse <command> [flags]   (lapse <command> -h for its flags)")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	v := version
+	goVersion := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	fmt.Fprintf(stdout, "lapse %s (%s)\n", v, goVersion)
+	return nil
+}

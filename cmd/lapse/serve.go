@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
+)
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("serve", stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
+	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
+	timers := fs.String("timers", "memory", "timer backend: memory")
+	grace := fs.Duration("grace", 60*time.Second, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
+	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, "payment window of an order that names no timeout_seconds")
+	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, "largest timeout_seconds accepted")
+	currency := fs.String("default-currency", "USD", "currency of an order that names none (ISO 4217)")
+	callbackSecret := fs.String("callback-secret", "", "HMAC secret of the payment callback signature; without one every callback is refused")
+	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
+	apiToken := fs.String("api-token", "", "bearer token required on /v1 routes (except the signed payment callback)")
+	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests and the cancel batch in hand")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	if *apiToken == "" && !isLoopback(*addr) {
+		return fmt.Errorf("refusing to listen on %s without --api-token (or LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
+	}
+	sched, err := openTimers(*timers)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if !*noMigrate {
+		if err := st.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	svc, err := lapse.New(lapse.Config{
+		Store: st, Scheduler: sched, Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
+		DefaultCurrency: *currency, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	var secrets [][]byte
+	for _, s := range []string{*callbackSecret, *prevSecret} {
+		if s != "" {
+			secrets = append(secrets, []byte(s))
+		}
+	}
+	if len(secrets) == 0 {
+		logger.Warn("no callback secret: every payment callback will be refused with 401; start with --callback-secret S or set LAPSE_CALLBACK_SECRET")
+	}
+	handler := httpapi.New(svc, httpapi.Options{APIToken: *apiToken, CallbackSecrets: secrets, Logger: logger})
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redactURL(*storeURL), "timers", *timers,
+		"grace", *grace, "default_timeout", *defaultTimeout, "auth", *apiToken != "", "version", version)
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	runDone := make(chan error, 1)
+	go func() { runDone <- svc.Run(runCtx) }()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(ln) }()
+
+	var failure error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down: no new requests, no new timer claims; finishing the batch in hand")
+	case err := <-runDone:
+		failure = fmt.Errorf("cancel loop stopped: %w", err)
+		runDone <- nil
+	case err := <-httpDone:
+		failure = fmt.Errorf("http server stopped: %w", err)
+		httpDone <- nil
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		logger.Warn("http shutdown", "err", err)
+	}
+	stopRun()
+	select {
+	case err := <-runDone:
+		if err != nil && failure == nil {
+			failure = err
+		}
+	case <-shutCtx.Done():
+		logger.Warn("cancel loop did not stop within the shutdown timeout")
+	}
+	if e := <-httpDone; e != nil && !errors.Is(e, http.ErrServerClosed) && failure == nil {
+		failure = e
+	}
+	logger.Info("stopped")
+	return failure
+}
+
+// isLoopback reports whether addr only listens on a loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

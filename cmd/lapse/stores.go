@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/sqlite"
+	"github.com/lapsehq/lapse/timer"
+	"github.com/lapsehq/lapse/timer/memory"
+)
+
+// openStore opens the store a URL names; it does not migrate.
+func openStore(ctx context.Context, url string) (store.Store, error) {
+	scheme, _, _ := strings.Cut(url, "://")
+	switch scheme {
+	case "sqlite":
+		path, err := sqlite.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, sqlite.Config{Path: path})
+	default:
+		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path)", url, scheme)
+	}
+}
+
+// openTimers returns the scheduler a --timers value names.
+func openTimers(spec string) (timer.Scheduler, error) {
+	switch spec {
+	case "memory":
+		return memory.New(memory.Config{}), nil
+	default:
+		return nil, fmt.Errorf("--timers %q: unsupported (want memory)", spec)
+	}
+}
+
+// redactURL hides a password in a store URL for logs.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	cred := rest[:at]
+	if user, _, hasPass := strings.Cut(cred, ":"); hasPass {
+		return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+	}
+	return u
+}

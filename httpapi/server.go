@@ -1,0 +1,293 @@
+// Package httpapi serves lapse's HTTP API (documented in openapi.yaml).
+//
+// Every error is {"error": {"code", "message"}} with a stable code; no stack
+// trace or driver message leaves the process for a 5xx.
+package httpapi
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Options configures the API.
+type Options struct {
+	// APIToken, when set, is required as "Authorization: Bearer <token>" on
+	// every /v1 route except the payment callback (which is signed instead).
+	APIToken string
+	// CallbackSecrets verify the payment callback's signature; two may be
+	// given while a secret is rotated. With none, every callback is refused.
+	CallbackSecrets [][]byte
+	// SignatureTolerance is the callback replay window. Defaults to 5 minutes.
+	SignatureTolerance time.Duration
+	// Now is the clock for signature timestamps. Defaults to time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+type server struct {
+	svc  *lapse.Service
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns the API's handler.
+func New(svc *lapse.Service, opts Options) http.Handler {
+	if opts.SignatureTolerance == 0 {
+		opts.SignatureTolerance = payment.DefaultTolerance
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &server{svc: svc, opts: opts, log: opts.Logger}
+	mux := http.NewServeMux()
+	v1 := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
+		mux.Handle(pattern, s.authed(s.handle(h)))
+	}
+	v1("POST /v1/orders", s.createOrder)
+	v1("GET /v1/orders", s.listOrders)
+	v1("GET /v1/orders/{id}", s.getOrder)
+	v1("POST /v1/orders/{id}/pay", s.pay)
+	v1("POST /v1/orders/{id}/cancel", s.cancel)
+	v1("PUT /v1/skus/{sku}", s.setStock)
+	v1("GET /v1/skus/{sku}", s.getSKU)
+	mux.Handle("POST /v1/payments/notify", s.handle(s.notify))
+	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.Handle("GET /readyz", s.handle(s.ready))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Registry(), promhttp.HandlerOpts{}))
+	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: r.Method + " " + r.URL.Path + " is not a route of this API"}
+	}))
+	return mux
+}
+
+// handle adapts a handler that returns an error, writing the error body.
+func (s *server) handle(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func (s *server) authed(next http.Handler) http.Handler {
+	if s.opts.APIToken == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.opts.APIToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="lapse"`)
+			s.writeError(w, r, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+				Message: "missing or wrong Authorization: Bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeError maps errors to statuses and stable codes.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	var inv *lapse.InvalidError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &tooBig):
+		ae = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 1 MiB"}
+	case errors.As(err, &inv):
+		ae = &apiError{http.StatusBadRequest, inv.Code, inv.Error()}
+	case errors.Is(err, store.ErrInsufficientStock):
+		ae = &apiError{http.StatusConflict, "insufficient_stock", "not enough stock for every item (or an unknown sku); nothing was reserved"}
+	case errors.Is(err, store.ErrOrderExists):
+		ae = &apiError{http.StatusConflict, "order_exists", "an order with this id already exists"}
+	case errors.Is(err, store.ErrIdempotencyMismatch):
+		ae = &apiError{http.StatusUnprocessableEntity, "idempotency_key_reused", "this Idempotency-Key was used for a different request"}
+	case errors.Is(err, store.ErrOrderExpired):
+		ae = &apiError{http.StatusConflict, "order_expired", "the order's payment window has closed"}
+	case errors.Is(err, store.ErrNotPending):
+		ae = &apiError{http.StatusConflict, "order_not_pending", "the order is not PENDING"}
+	case errors.Is(err, store.ErrAmountMismatch):
+		ae = &apiError{http.StatusUnprocessableEntity, "amount_mismatch", "amount_cents differs from the order's; nothing changed"}
+	case errors.Is(err, store.ErrInvalidCursor):
+		ae = &apiError{http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"}
+	case errors.Is(err, store.ErrNotFound):
+		ae = &apiError{http.StatusNotFound, "not_found", "no such resource"}
+		if r.PathValue("sku") != "" {
+			ae.Code, ae.Message = "sku_not_found", "no such sku"
+		} else if r.PathValue("id") != "" || r.URL.Path == "/v1/payments/notify" {
+			ae.Code, ae.Message = "order_not_found", "no such order"
+		}
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = &apiError{http.StatusInternalServerError, "internal", "internal error; see the server log"}
+	}
+	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": ae.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, err
+		}
+		return nil, badRequest("invalid_json", "reading body: %v", err)
+	}
+	return b, nil
+}
+
+func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeCreateOrder(body)
+	if err != nil {
+		return err
+	}
+	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	res, err := s.svc.CreateOrder(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Location", "/v1/orders/"+res.Order.ID)
+	return writeJSON(w, http.StatusCreated, res.Order)
+}
+
+func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
+	o, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, o)
+}
+
+func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	p := store.ListOrdersParams{Status: order.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return badRequest("invalid_field", "limit: want an integer between 1 and 500")
+		}
+		p.Limit = n
+	}
+	res, err := s.svc.List(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	orders := res.Orders
+	if orders == nil {
+		orders = []order.Order{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"orders": orders, "next_cursor": res.NextCursor})
+}
+
+func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
+	o, err := s.svc.Pay(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, o)
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
+	o, err := s.svc.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, o)
+}
+
+// notify is the gateway's callback. The signature is checked over the raw
+// body before anything is parsed; a refused callback changes nothing.
+func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if err := payment.Verify(r.Header.Get(payment.SignatureHeader), body, s.opts.CallbackSecrets, s.opts.Now(), s.opts.SignatureTolerance); err != nil {
+		if errors.Is(err, payment.ErrNoSecret) {
+			return &apiError{http.StatusUnauthorized, "callbacks_disabled",
+				"no callback secret is configured; start lapse with --callback-secret or LAPSE_CALLBACK_SECRET"}
+		}
+		s.log.Warn("payment callback refused", "err", err, "remote", r.RemoteAddr)
+		return &apiError{http.StatusUnauthorized, "invalid_signature", err.Error()}
+	}
+	n, err := decodeNotify(body)
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Notify(r.Context(), n)
+	if err != nil {
+		return err
+	}
+	result := map[store.PaymentOutcome]string{
+		store.OutcomeNoChange: "no_change", store.OutcomePaid: "paid",
+		store.OutcomeRefundRequired: "refund_required", store.OutcomeFailed: "failed",
+	}[res.Outcome]
+	return writeJSON(w, http.StatusOK, map[string]any{"result": result, "order": res.Order})
+}
+
+func (s *server) setStock(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var b setStockBody
+	if err := decodeStrict(body, &b); err != nil {
+		return err
+	}
+	if b.Available == nil {
+		return badRequest("invalid_field", "available: required")
+	}
+	sku, err := s.svc.SetStock(r.Context(), r.PathValue("sku"), *b.Available)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sku)
+}
+
+func (s *server) getSKU(w http.ResponseWriter, r *http.Request) error {
+	sku, err := s.svc.GetSKU(r.Context(), r.PathValue("sku"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sku)
+}
+
+func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
+	if err := s.svc.Store().Ping(r.Context()); err != nil {
+		s.log.Warn("not ready", "err", err)
+		return &apiError{http.StatusServiceUnavailable, "not_ready", "the store does not answer"}
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,257 @@
+package lapse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/timer"
+	"github.com/lapsehq/lapse/timer/memory"
+)
+
+// Errors the service returns, re-exported from store so that callers of the
+// Go API need one import. Test with errors.Is.
+var (
+	ErrNotFound            = store.ErrNotFound
+	ErrInsufficientStock   = store.ErrInsufficientStock
+	ErrOrderExists         = store.ErrOrderExists
+	ErrIdempotencyMismatch = store.ErrIdempotencyMismatch
+	ErrOrderExpired        = store.ErrOrderExpired
+	ErrNotPending          = store.ErrNotPending
+	ErrAmountMismatch      = store.ErrAmountMismatch
+	ErrInvalidCursor       = store.ErrInvalidCursor
+)
+
+// InvalidError is a request that fails validation. Code is stable (clients
+// may switch on it); Field names the offending input.
+type InvalidError struct {
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return "invalid request: " + e.Message
+	}
+	return "invalid " + e.Field + ": " + e.Message
+}
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Config configures a Service. Zero fields take the defaults named below.
+type Config struct {
+	// Store owns orders and stock. Required.
+	Store store.Store
+	// Scheduler keeps the cancel timers. Defaults to an in-process memory scheduler.
+	Scheduler timer.Scheduler
+	// Sink receives the outbox events. Defaults to a log sink on Logger.
+	Sink outbox.Sink
+	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
+	DefaultTimeout time.Duration
+	// MaxTimeout bounds timeout_seconds. Defaults to 7 days.
+	MaxTimeout time.Duration
+	// Grace is added to expires_at to give late payment callbacks time to
+	// arrive before the cancel (cancel_after = expires_at + Grace). Zero means
+	// no grace; the CLI defaults to 60 s.
+	Grace time.Duration
+	// DefaultCurrency is the currency of an order that names none. Defaults to "USD".
+	DefaultCurrency string
+	// CancelTimeout bounds one cancel batch's transaction. Defaults to 30 s.
+	CancelTimeout time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the Prometheus metrics. Defaults to a new registry,
+	// available from Service.Registry.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.Scheduler == nil {
+		c.Scheduler = memory.New(memory.Config{})
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Sink == nil {
+		c.Sink = outbox.LogSink{Logger: c.Logger}
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 15 * time.Minute
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 7 * 24 * time.Hour
+	}
+	if c.DefaultCurrency == "" {
+		c.DefaultCurrency = "USD"
+	}
+	if c.CancelTimeout == 0 {
+		c.CancelTimeout = 30 * time.Second
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Store == nil {
+		return errors.New("lapse: Config.Store is required")
+	}
+	if c.DefaultTimeout < time.Millisecond {
+		return fmt.Errorf("lapse: Config.DefaultTimeout %s: want at least 1ms", c.DefaultTimeout)
+	}
+	if c.MaxTimeout < c.DefaultTimeout {
+		return fmt.Errorf("lapse: Config.MaxTimeout %s is below DefaultTimeout %s", c.MaxTimeout, c.DefaultTimeout)
+	}
+	if c.Grace < 0 {
+		return fmt.Errorf("lapse: Config.Grace %s: must not be negative", c.Grace)
+	}
+	if !currencyRE.MatchString(c.DefaultCurrency) {
+		return fmt.Errorf("lapse: Config.DefaultCurrency %q: want three capital letters (ISO 4217)", c.DefaultCurrency)
+	}
+	return nil
+}
+
+// Service is lapse: it takes orders, starts and settles payments, and cancels
+// what is not paid in time. It is safe for concurrent use; any number of HTTP
+// handlers call it while Run cancels due orders.
+type Service struct {
+	cfg     Config
+	store   store.Store
+	timers  timer.Scheduler
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New checks cfg and returns a Service. Call Run to start cancelling.
+func New(cfg Config) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, store: cfg.Store, timers: cfg.Scheduler, log: cfg.Logger}
+	m, err := newMetrics(cfg.Registerer, s)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Registry is where the metrics live (Config.Registerer's Gatherer, or the
+// registry the Service made).
+func (s *Service) Registry() prometheus.Gatherer { return s.metrics.gatherer }
+
+// Store returns the store the service runs on.
+func (s *Service) Store() store.Store { return s.store }
+
+// Run seeds the scheduler (unless it is durable), relays outbox events and
+// cancels due orders until ctx ends. When ctx ends it stops claiming timers,
+// finishes the batch in hand and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
+		if err := s.seed(ctx); err != nil {
+			return err
+		}
+	}
+	relay := &outbox.Relay{
+		Store: s.store, Sink: s.cfg.Sink, Logger: s.log,
+		OnPublished: func(n int) { s.metrics.eventsPublished.Add(float64(n)) },
+	}
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(ctx) }()
+	err := s.timers.Run(ctx, s.handleDue)
+	<-relayDone
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("lapse: scheduler stopped: %w", err)
+}
+
+// seed schedules every pending order's timer, earliest first, so a
+// scheduler that forgets everything on a crash starts from the database.
+func (s *Service) seed(ctx context.Context) error {
+	start := time.Now()
+	var after store.Deadline
+	n := 0
+	for {
+		page, err := s.store.PendingDeadlines(ctx, after, 1000)
+		if err != nil {
+			return fmt.Errorf("lapse: seed timers: %w", err)
+		}
+		for _, d := range page {
+			if err := s.timers.Schedule(ctx, d.OrderID, d.CancelAfter); err != nil {
+				return fmt.Errorf("lapse: seed timer of %s: %w", d.OrderID, err)
+			}
+		}
+		n += len(page)
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	s.log.Info("timers seeded from the store", "pending_orders", n, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// schedule sets an order's cancel timer. The order is already committed, so a
+// failure here loses no order: it is logged and counted, and the timer comes
+// back from the store at the next start (and from the fallback sweep).
+func (s *Service) schedule(ctx context.Context, id string, due time.Time) {
+	if err := s.timers.Schedule(ctx, id, due); err != nil {
+		s.metrics.scheduleErrors.Inc()
+		s.log.Error("schedule cancel timer", "order_id", id, "due", due, "err", err)
+	}
+}
+
+func (s *Service) unschedule(ctx context.Context, id string) {
+	if err := s.timers.Unschedule(ctx, id); err != nil {
+		s.log.Warn("unschedule cancel timer (harmless: the store guards the cancel)", "order_id", id, "err", err)
+	}
+}
+
+// Get returns one order.
+func (s *Service) Get(ctx context.Context, id string) (order.Order, error) {
+	return s.store.GetOrder(ctx, id)
+}
+
+// List returns a page of orders, newest first.
+func (s *Service) List(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
+	if p.Status != "" && !p.Status.Valid() {
+		return store.ListOrdersResult{}, invalid("status", "%q is not one of PENDING, PAYING, PAID, CANCELLED", p.Status)
+	}
+	if p.Limit < 0 || p.Limit > 500 {
+		return store.ListOrdersResult{}, invalid("limit", "must be between 1 and 500")
+	}
+	if p.Limit == 0 {
+		p.Limit = 50
+	}
+	return s.store.ListOrders(ctx, p)
+}
+
+// SetStock sets a SKU's available quantity.
+func (s *Service) SetStock(ctx context.Context, sku string, available int64) (store.SKU, error) {
+	if err := validSKU("sku", sku); err != nil {
+		return store.SKU{}, err
+	}
+	if available < 0 {
+		return store.SKU{}, invalid("available", "must be >= 0")
+	}
+	return s.store.SetStock(ctx, sku, available)
+}
+
+// GetSKU returns a SKU's counters.
+func (s *Service) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
+	return s.store.GetSKU(ctx, sku)
+}
+
+// Audit checks the invariants over the whole store.
+func (s *Service) Audit(ctx context.Context, p store.AuditParams) (store.AuditReport, error) {
+	return s.store.Audit(ctx, p)
+}

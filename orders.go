@@ -1,0 +1,154 @@
+package lapse
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Limits on what an order may hold, so one request cannot make a huge transaction.
+const (
+	MaxItems     = 100
+	MaxQty       = 1_000_000
+	maxIDLen     = 64
+	maxKeyLen    = 255
+	minTimeout   = time.Millisecond
+	maxAmountCts = 1 << 53 // exact in a JSON number
+)
+
+var (
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+	currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+)
+
+// CreateOrderRequest is an order to place.
+type CreateOrderRequest struct {
+	// ID is the order id; empty makes a time-ordered UUID.
+	ID    string
+	Items []order.Item
+	// AmountCents is what the buyer pays, in the currency's minor unit.
+	AmountCents int64
+	// Currency is ISO 4217; empty means Config.DefaultCurrency.
+	Currency string
+	// Timeout is the payment window; zero means Config.DefaultTimeout.
+	Timeout time.Duration
+	// IdempotencyKey makes a retried request return the order the first one
+	// made, with stock reserved once.
+	IdempotencyKey string
+}
+
+// CreateOrderResult is the order and whether it was made by an earlier
+// request with the same idempotency key.
+type CreateOrderResult struct {
+	Order    order.Order
+	Replayed bool
+}
+
+// CreateOrder reserves the items' stock and places a PENDING order whose
+// cancel timer fires at cancel_after, all or nothing.
+func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (CreateOrderResult, error) {
+	p, err := s.validateCreate(r)
+	if err != nil {
+		return CreateOrderResult{}, err
+	}
+	res, err := s.store.CreateOrder(ctx, p)
+	if err != nil {
+		return CreateOrderResult{}, err
+	}
+	if !res.Replayed {
+		s.metrics.created.Inc()
+		s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
+	}
+	return CreateOrderResult{Order: res.Order, Replayed: res.Replayed}, nil
+}
+
+func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams, error) {
+	p := store.CreateOrderParams{
+		ID: r.ID, AmountCents: r.AmountCents, Currency: r.Currency, Timeout: r.Timeout,
+		Grace: s.cfg.Grace, IdempotencyKey: r.IdempotencyKey,
+	}
+	if p.ID != "" && (len(p.ID) > maxIDLen || !idRE.MatchString(p.ID)) {
+		return p, invalid("id", "want 1-%d characters of A-Z a-z 0-9 _ . : - starting with a letter or digit", maxIDLen)
+	}
+	if len(r.Items) == 0 {
+		return p, invalid("items", "an order needs at least one item")
+	}
+	if len(r.Items) > MaxItems {
+		return p, invalid("items", "at most %d items per order", MaxItems)
+	}
+	seen := make(map[string]bool, len(r.Items))
+	for i, it := range r.Items {
+		field := "items[" + strconv.Itoa(i) + "]"
+		if err := validSKU(field+".sku", it.SKU); err != nil {
+			return p, err
+		}
+		if seen[it.SKU] {
+			return p, invalid(field+".sku", "sku %q appears twice; send one line per sku", it.SKU)
+		}
+		seen[it.SKU] = true
+		if it.Qty <= 0 || it.Qty > MaxQty {
+			return p, invalid(field+".qty", "must be between 1 and %d", MaxQty)
+		}
+	}
+	p.Items = append([]order.Item(nil), r.Items...)
+	if p.AmountCents < 0 || p.AmountCents > maxAmountCts {
+		return p, invalid("amount_cents", "must be between 0 and %d", int64(maxAmountCts))
+	}
+	if p.Currency == "" {
+		p.Currency = s.cfg.DefaultCurrency
+	} else if !currencyRE.MatchString(p.Currency) {
+		return p, invalid("currency", "want three capital letters (ISO 4217), got %q", p.Currency)
+	}
+	if p.Timeout == 0 {
+		p.Timeout = s.cfg.DefaultTimeout
+	}
+	if p.Timeout < minTimeout || p.Timeout > s.cfg.MaxTimeout {
+		return p, invalid("timeout_seconds", "must be between 0.001 and %g", s.cfg.MaxTimeout.Seconds())
+	}
+	if len(p.IdempotencyKey) > maxKeyLen {
+		return p, invalid("Idempotency-Key", "at most %d characters", maxKeyLen)
+	}
+	// The hash covers the request as the client sent it (ID too), so a key
+	// reused for a different order is refused rather than replayed.
+	b, _ := json.Marshal(struct {
+		ID       string
+		Items    []order.Item
+		Amount   int64
+		Currency string
+		Timeout  time.Duration
+	}{r.ID, r.Items, p.AmountCents, p.Currency, p.Timeout})
+	sum := sha256.Sum256(b)
+	p.RequestHash = hex.EncodeToString(sum[:])
+	if p.ID == "" {
+		p.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	return p, nil
+}
+
+func validSKU(field, sku string) error {
+	if sku == "" || len(sku) > maxIDLen || !idRE.MatchString(sku) {
+		return invalid(field, "want 1-%d characters of A-Z a-z 0-9 _ . : - starting with a letter or digit", maxIDLen)
+	}
+	return nil
+}
+
+// Cancel is the buyer's cancel of a PENDING order: stock goes back at once.
+// ErrNotPending for any other status.
+func (s *Service) Cancel(ctx context.Context, id string) (order.Order, error) {
+	o, err := s.store.CancelOrder(ctx, id)
+	if err != nil {
+		return o, err
+	}
+	s.metrics.cancelled.WithLabelValues(string(order.ReasonBuyer)).Inc()
+	s.unschedule(ctx, id)
+	return o, nil
+}

@@ -1,0 +1,143 @@
+-- Queries of the SQLite driver. Times are Unix milliseconds. Lists of ids are
+-- passed as one JSON array and expanded with json_each, so every statement is
+-- static text whatever the batch size.
+--
+-- Every state change is one conditional UPDATE; its RETURNING rows (or their
+-- absence) decide who won.
+
+-- name: get_order
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders WHERE id = ?1;
+
+-- name: get_orders
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders WHERE id IN (SELECT value FROM json_each(?1));
+
+-- name: get_items
+SELECT order_id, sku, qty FROM order_items
+WHERE order_id IN (SELECT value FROM json_each(?1))
+ORDER BY order_id, sku;
+
+-- name: list_orders
+-- ?1 status or '', (?2, ?3) the (created_at, id) of the last row of the previous page.
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders
+WHERE (?1 = '' OR status = ?1) AND (created_at, id) < (?2, ?3)
+ORDER BY created_at DESC, id DESC
+LIMIT ?4;
+
+-- name: idempotency_get
+SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1;
+
+-- name: idempotency_put
+INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4);
+
+-- name: insert_order
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+VALUES (?1, 'PENDING', ?2, ?3, ?4, ?5, ?6);
+
+-- name: insert_items
+-- ?2 is a JSON array of {"sku","qty"}.
+INSERT INTO order_items (order_id, sku, qty)
+SELECT ?1, value ->> 'sku', value ->> 'qty' FROM json_each(?2);
+
+-- name: reserve_sku
+-- Reserve ?1 units of SKU ?2; no row changed means not enough stock (or no such SKU).
+UPDATE skus SET available = available - ?1, locked = locked + ?1, updated_at = ?3
+WHERE sku = ?2 AND available >= ?1;
+
+-- name: ledger_insert
+-- One ledger row per item of the orders in ?1 (JSON array of ids); the primary
+-- key (order_id, sku, action) refuses a second row of the same action.
+INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, ?2, qty, ?3 FROM order_items
+WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: release_stock
+-- Locked units of the orders in ?1 go back to available.
+UPDATE skus SET locked = locked - r.qty, available = available + r.qty, updated_at = ?2
+FROM (SELECT sku, SUM(qty) AS qty FROM order_items
+      WHERE order_id IN (SELECT value FROM json_each(?1)) GROUP BY sku) AS r
+WHERE skus.sku = r.sku;
+
+-- name: commit_stock
+-- Locked units of the orders in ?1 become sold.
+UPDATE skus SET locked = locked - r.qty, sold = sold + r.qty, updated_at = ?2
+FROM (SELECT sku, SUM(qty) AS qty FROM order_items
+      WHERE order_id IN (SELECT value FROM json_each(?1)) GROUP BY sku) AS r
+WHERE skus.sku = r.sku;
+
+-- name: insert_events
+-- ?2 is a JSON array of {"id","type","order_id","payload"}.
+INSERT INTO outbox (event_id, type, order_id, payload, created_at)
+SELECT value ->> 'id', value ->> 'type', value ->> 'order_id', value ->> 'payload', ?1
+FROM json_each(?2);
+
+-- name: start_payment
+UPDATE orders SET status = 'PAYING', version = version + 1
+WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?2
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: mark_paid
+UPDATE orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
+WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: flag_refund
+UPDATE orders SET refund_required = 1, payment_id = ?2, version = version + 1
+WHERE id = ?1 AND status = 'CANCELLED' AND refund_required = 0 AND amount_cents = ?3
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: fail_payment
+UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+WHERE id = ?1 AND status = 'PAYING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: buyer_cancel
+UPDATE orders SET status = 'CANCELLED', cancelled_at = ?2, cancel_reason = 'buyer', version = version + 1
+WHERE id = ?1 AND status = 'PENDING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: cancel_due
+-- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment attempt alone.
+UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
+WHERE id IN (SELECT value FROM json_each(?2))
+  AND status = 'PENDING' AND cancel_after <= ?1 AND (?3 = 0 OR payment_attempts = 0)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: pending_deadlines
+SELECT id, cancel_after FROM orders
+WHERE status = 'PENDING' AND (cancel_after, id) > (?1, ?2)
+ORDER BY cancel_after, id
+LIMIT ?3;
+
+-- name: count_stuck
+SELECT COUNT(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= ?1;
+
+-- name: set_stock
+INSERT INTO skus (sku, available, total, updated_at) VALUES (?1, ?2, ?2, ?3)
+ON CONFLICT (sku) DO UPDATE SET
+    available = excluded.available,
+    total = excluded.available + locked + sold,
+    updated_at = excluded.updated_at
+RETURNING sku, available, locked, sold;
+
+-- name: get_sku
+SELECT sku, available, locked, sold FROM skus WHERE sku = ?1;
+
+-- name: unpublished_events
+SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+WHERE published_at IS NULL ORDER BY seq LIMIT ?1;
+
+-- name: mark_published
+UPDATE outbox SET published_at = ?1
+WHERE seq IN (SELECT value FROM json_each(?2)) AND published_at IS NULL;

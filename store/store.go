@@ -1,0 +1,250 @@
+// Package store defines what lapse asks of the database that owns orders and
+// stock, and the errors every driver maps its own failures to.
+//
+// A driver implements Store with one local transaction per method and one
+// conditional UPDATE per state transition, whose affected-row count decides
+// who won a race (DESIGN.md §3). Nothing is read and then written back: where a
+// driver reads after a write, it is only to explain a write that matched no row.
+//
+// Every driver passes the conformance suite in store/storetest against a real
+// server; adding a driver means writing it and one test line that runs the suite.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+)
+
+// Sentinel errors. Drivers wrap them with context; callers test with errors.Is.
+var (
+	ErrNotFound            = errors.New("store: not found")
+	ErrInsufficientStock   = errors.New("store: insufficient stock")
+	ErrOrderExists         = errors.New("store: order id already exists")
+	ErrIdempotencyMismatch = errors.New("store: idempotency key reused with a different request")
+	ErrOrderExpired        = errors.New("store: order expired")
+	ErrNotPending          = errors.New("store: order not pending")
+	ErrAmountMismatch      = errors.New("store: amount does not match the order")
+	ErrInvalidCursor       = errors.New("store: invalid cursor")
+)
+
+// Store is the whole driver contract. It is split into the parts that later
+// components use on their own (the relay only needs Outbox, audit only Auditor).
+type Store interface {
+	Orders
+	Stock
+	Outbox
+	Auditor
+	// Migrate brings the schema to the newest version; a failed migration
+	// leaves the schema as it was.
+	Migrate(ctx context.Context) error
+	// Ping checks that the database answers (readiness).
+	Ping(ctx context.Context) error
+	// Close releases the connections.
+	Close() error
+}
+
+// Orders holds the order lifecycle. Times ("now") come from the store's clock,
+// so the guards `expires_at > now` and `cancel_after <= now` run against one clock.
+type Orders interface {
+	// CreateOrder reserves every item and inserts the order, its items, its
+	// reserve ledger rows, its idempotency key and its order.created event in
+	// one transaction; any shortfall rolls everything back with
+	// ErrInsufficientStock. With an IdempotencyKey already used for the same
+	// request it returns the existing order and Replayed=true; for a different
+	// request, ErrIdempotencyMismatch.
+	CreateOrder(ctx context.Context, p CreateOrderParams) (CreateOrderResult, error)
+	// GetOrder returns one order or ErrNotFound.
+	GetOrder(ctx context.Context, id string) (order.Order, error)
+	// ListOrders returns a page of orders, newest first.
+	ListOrders(ctx context.Context, p ListOrdersParams) (ListOrdersResult, error)
+	// StartPayment moves a PENDING order whose expires_at is ahead to PAYING.
+	// A PAYING order is returned unchanged. Errors: ErrNotFound,
+	// ErrOrderExpired (PENDING, expired), ErrNotPending (PAID or CANCELLED).
+	StartPayment(ctx context.Context, id string) (order.Order, error)
+	// CompletePayment applies a successful payment: PENDING or PAYING → PAID
+	// with stock committed and order.paid; CANCELLED → refund_required with
+	// order.refund_required. ErrAmountMismatch when the amount differs (nothing changes).
+	CompletePayment(ctx context.Context, p PaymentParams) (PaymentResult, error)
+	// FailPayment applies a failed payment: PAYING → PENDING with
+	// payment_attempts incremented. Other statuses are returned unchanged.
+	FailPayment(ctx context.Context, p PaymentParams) (PaymentResult, error)
+	// CancelOrder is the buyer's cancel of a PENDING order: stock released,
+	// order.cancelled written. ErrNotPending otherwise.
+	CancelOrder(ctx context.Context, id string) (order.Order, error)
+	// CancelDue is the timeout cancel of a batch, in one transaction: every
+	// listed order that is PENDING with cancel_after <= now (and, with
+	// SkipAttempted, no failed payment attempt) is cancelled with its stock
+	// released and its event written. The others are reported as Skipped.
+	CancelDue(ctx context.Context, p CancelDueParams) (CancelDueResult, error)
+	// PendingDeadlines pages through PENDING orders in (cancel_after, id)
+	// order, starting after the given deadline (zero for the first page), for
+	// seeding a scheduler that keeps its timers in memory.
+	PendingDeadlines(ctx context.Context, after Deadline, limit int) ([]Deadline, error)
+	// CountStuck counts PAYING orders past their cancel_after: payments whose
+	// outcome lapse is waiting for (a metric and an audit warning).
+	CountStuck(ctx context.Context) (int64, error)
+}
+
+// Stock holds the per-SKU counters.
+type Stock interface {
+	// SetStock sets a SKU's available quantity (creating it), an explicit
+	// adjustment: total becomes available+locked+sold.
+	SetStock(ctx context.Context, sku string, available int64) (SKU, error)
+	// GetSKU returns one SKU or ErrNotFound.
+	GetSKU(ctx context.Context, sku string) (SKU, error)
+}
+
+// Outbox holds the events written by transitions, for the relay.
+type Outbox interface {
+	// UnpublishedEvents returns up to limit events not yet published, oldest first.
+	UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error)
+	// MarkPublished records that events up to and including these sequence
+	// numbers reached the sink.
+	MarkPublished(ctx context.Context, seqs []int64) error
+}
+
+// Auditor checks the invariants of DESIGN.md §9 over the whole database.
+type Auditor interface {
+	Audit(ctx context.Context, p AuditParams) (AuditReport, error)
+}
+
+// CreateOrderParams is a validated order to insert.
+type CreateOrderParams struct {
+	ID             string
+	Items          []order.Item // SKUs unique, Qty > 0
+	AmountCents    int64
+	Currency       string
+	Timeout        time.Duration // expires_at = now + Timeout
+	Grace          time.Duration // cancel_after = expires_at + Grace
+	IdempotencyKey string        // optional
+	// RequestHash identifies the request body for the idempotency key, so a
+	// key reused for a different order is refused rather than silently replayed.
+	RequestHash string
+}
+
+// CreateOrderResult is the order created, or the one an idempotency key already made.
+type CreateOrderResult struct {
+	Order    order.Order
+	Replayed bool
+}
+
+// ListOrdersParams selects a page of orders.
+type ListOrdersParams struct {
+	Status order.Status // optional
+	Limit  int
+	Cursor string // opaque, from a previous page; empty for the first
+}
+
+// ListOrdersResult is a page of orders and the cursor of the next ("" at the end).
+type ListOrdersResult struct {
+	Orders     []order.Order
+	NextCursor string
+}
+
+// PaymentParams is a payment outcome reported by the gateway.
+type PaymentParams struct {
+	OrderID     string
+	PaymentID   string
+	AmountCents int64
+}
+
+// PaymentOutcome says what a payment report did.
+type PaymentOutcome int
+
+// Payment outcomes.
+const (
+	OutcomeNoChange       PaymentOutcome = iota // a duplicate or a report with nothing to do
+	OutcomePaid                                 // PENDING/PAYING → PAID
+	OutcomeRefundRequired                       // CANCELLED, now flagged for refund
+	OutcomeFailed                               // PAYING → PENDING
+)
+
+// PaymentResult is the order after a payment report and what the report did.
+type PaymentResult struct {
+	Order   order.Order
+	Outcome PaymentOutcome
+}
+
+// CancelDueParams is a batch of due timers.
+type CancelDueParams struct {
+	IDs []string
+	// SkipAttempted leaves PENDING orders with a failed payment attempt alone,
+	// for the gateway check (a gateway is configured).
+	SkipAttempted bool
+}
+
+// Cancelled is one order a batch cancelled.
+type Cancelled struct {
+	ID              string
+	CancelAfter     time.Time
+	CancelledAt     time.Time
+	PaymentAttempts int
+}
+
+// Skipped is one order of a batch left as it was, with why.
+type Skipped struct {
+	ID              string
+	Status          order.Status
+	CancelAfter     time.Time
+	PaymentAttempts int
+	Missing         bool // no such order
+}
+
+// CancelDueResult splits a batch into what was cancelled and what was not.
+type CancelDueResult struct {
+	Cancelled []Cancelled
+	Skipped   []Skipped
+	Now       time.Time // the store's clock at the cancel
+}
+
+// Deadline is when a pending order's timer must fire.
+type Deadline struct {
+	OrderID     string
+	CancelAfter time.Time
+}
+
+// SKU is one stock-keeping unit's counters.
+type SKU struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Locked    int64  `json:"locked"`
+	Sold      int64  `json:"sold"`
+}
+
+// AuditParams tunes the audit.
+type AuditParams struct {
+	// AllowedLag is how long a PENDING order may stay past cancel_after
+	// before it counts as a violation (a timer lost or a worker behind).
+	AllowedLag time.Duration
+	// MaxExamples bounds the examples listed per check.
+	MaxExamples int
+}
+
+// AuditReport is the outcome of every check.
+type AuditReport struct {
+	At     time.Time
+	Checks []AuditCheck
+}
+
+// AuditCheck is one invariant and what was found.
+type AuditCheck struct {
+	Name string
+	// Warning marks a check whose findings are worth a look but break no
+	// invariant (PAYING orders past their deadline, waiting for a callback).
+	Warning  bool
+	Count    int64    // rows violating it
+	Examples []string // a few of them, readable
+}
+
+// OK reports whether no invariant is violated (warnings do not count).
+func (r AuditReport) OK() bool {
+	for _, c := range r.Checks {
+		if !c.Warning && c.Count > 0 {
+			return false
+		}
+	}
+	return true
+}

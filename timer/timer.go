@@ -1,0 +1,59 @@
+// Package timer is lapse's scheduling layer: one small interface with several
+// backends (memory, sql, redis, amqp), all passing the conformance suite in
+// timer/timertest.
+//
+// Timers only trigger; the store decides (DESIGN.md §2). A timer delivered
+// twice, late, or for an order already paid is harmless, because the cancel is
+// a conditional update guarded by the database. What a backend must never do
+// is deliver a timer before its due time, or lose one.
+package timer
+
+import (
+	"context"
+	"time"
+)
+
+// Timer is one due key.
+type Timer struct {
+	Key string    // the order id
+	Due time.Time // when it was due
+	// Attempt counts deliveries of this timer, from 1; above 1 the batch it
+	// was in failed before.
+	Attempt int
+}
+
+// Handler processes a batch of due timers. Returning nil acknowledges the
+// whole batch; an error makes the scheduler redeliver it after a backoff. A
+// handler that wants one timer back later calls Schedule for it and returns nil.
+type Handler func(ctx context.Context, due []Timer) error
+
+// Scheduler keeps timers and delivers them when due.
+type Scheduler interface {
+	// Schedule sets key to fire at due, replacing any earlier schedule of the
+	// same key (an idempotent upsert).
+	Schedule(ctx context.Context, key string, due time.Time) error
+	// Unschedule removes key if it has not fired yet. Best effort: a timer
+	// already claimed may still be delivered.
+	Unschedule(ctx context.Context, key string) error
+	// Run delivers due timers to h in batches until ctx ends, then returns
+	// ctx's error. A batch in hand when ctx ends is finished: h is called with
+	// a context that is not cancelled with ctx, so it should bound its own time.
+	Run(ctx context.Context, h Handler) error
+}
+
+// Durable is implemented by schedulers that keep their timers across a
+// restart of the process. A scheduler that is not durable is seeded from the
+// store's pending orders when lapse starts.
+type Durable interface {
+	Durable() bool
+}
+
+// Backoff is the delay before a failed batch is redelivered: 100 ms doubling
+// per attempt, capped at 30 s.
+func Backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < attempt && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}
