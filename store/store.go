@@ -78,7 +78,16 @@ type Orders interface {
 	// listed order that is PENDING with cancel_after <= now (and, with
 	// SkipAttempted, no failed payment attempt) is cancelled with its stock
 	// released and its event written. The others are reported as Skipped.
+	//
+	// With Claim > 0 instead of IDs, the store finds the batch itself: up to
+	// Claim such orders with cancel_after <= now - Lag, earliest first, claimed
+	// with FOR UPDATE SKIP LOCKED (where the database has it) inside the same
+	// transaction, so any number of instances can run it at once without
+	// taking the same rows. This is the sql timer backend and the fallback sweep.
 	CancelDue(ctx context.Context, p CancelDueParams) (CancelDueResult, error)
+	// NextDeadline returns the earliest cancel_after of a PENDING order, and
+	// false when there is none (the sql timer backend sleeps until then).
+	NextDeadline(ctx context.Context) (time.Time, bool, error)
 	// PendingDeadlines pages through PENDING orders in (cancel_after, id)
 	// order, starting after the given deadline (zero for the first page), for
 	// seeding a scheduler that keeps its timers in memory.
@@ -168,9 +177,14 @@ type PaymentResult struct {
 	Outcome PaymentOutcome
 }
 
-// CancelDueParams is a batch of due timers.
+// CancelDueParams is a batch of due timers, or a claim of due orders.
 type CancelDueParams struct {
 	IDs []string
+	// Claim, when IDs is empty, makes the store pick up to Claim due orders.
+	Claim int
+	// Lag, with Claim, only takes orders overdue by more than Lag (the
+	// fallback sweep leaves the primary timers their chance first).
+	Lag time.Duration
 	// SkipAttempted leaves PENDING orders with a failed payment attempt alone,
 	// for the gateway check (a gateway is configured).
 	SkipAttempted bool

@@ -411,7 +411,7 @@ func (s *Store) CancelOrder(ctx context.Context, id string) (order.Order, error)
 // CancelDue implements store.Orders.
 func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	var res store.CancelDueResult
-	if len(p.IDs) == 0 {
+	if len(p.IDs) == 0 && p.Claim <= 0 {
 		return res, nil
 	}
 	skip := 0
@@ -420,7 +420,13 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res = store.CancelDueResult{Now: s.clock.Now()}
-		cancelled, err := queryOrders(ctx, tx, q.Get("cancel_due"), ms(res.Now), jsonArray(p.IDs), skip)
+		var cancelled []order.Order
+		var err error
+		if len(p.IDs) > 0 {
+			cancelled, err = queryOrders(ctx, tx, q.Get("cancel_due"), ms(res.Now), jsonArray(p.IDs), skip)
+		} else {
+			cancelled, err = queryOrders(ctx, tx, q.Get("claim_due"), ms(res.Now), ms(res.Now.Add(-p.Lag)), p.Claim, skip)
+		}
 		if err != nil {
 			return fmt.Errorf("cancel: %w", err)
 		}
@@ -469,6 +475,18 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
 	return res, nil
+}
+
+// NextDeadline implements store.Orders.
+func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, q.Get("next_deadline")).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
+	}
+	if !at.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMS(at.Int64), true, nil
 }
 
 // PendingDeadlines implements store.Orders.

@@ -114,6 +114,20 @@ WHERE id IN (SELECT value FROM json_each(?2))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
+-- name: claim_due
+-- ?1 now, ?2 now - lag, ?3 batch size, ?4 1 to leave attempted orders alone.
+-- SQLite has one writer, so the claim needs no SKIP LOCKED: the write
+-- transaction already excludes every other claimer.
+UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
+WHERE id IN (SELECT id FROM orders
+             WHERE status = 'PENDING' AND cancel_after <= ?2 AND (?4 = 0 OR payment_attempts = 0)
+             ORDER BY cancel_after LIMIT ?3)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: next_deadline
+SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING';
+
 -- name: pending_deadlines
 SELECT id, cancel_after FROM orders
 WHERE status = 'PENDING' AND (cancel_after, id) > (?1, ?2)

@@ -45,6 +45,8 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("a payment with another amount changes nothing", func(t *testing.T) { testAmountMismatch(t, newStore) })
 	t.Run("cancel due honours cancel_after and payment attempts", func(t *testing.T) { testCancelDueGuards(t, newStore) })
 	t.Run("cancel due handles batches of 200 in one call", func(t *testing.T) { testCancelDueBatch(t, newStore) })
+	t.Run("claim mode takes due orders earliest first, honouring lag", func(t *testing.T) { testClaim(t, newStore) })
+	t.Run("concurrent claimers never take the same order", func(t *testing.T) { testConcurrentClaim(t, newStore) })
 	t.Run("stock is released and committed at most once", func(t *testing.T) { testStockOnce(t, newStore) })
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
 	t.Run("list pages through every order once", func(t *testing.T) { testList(t, newStore) })
@@ -837,5 +839,123 @@ func testRace(t *testing.T, newStore Factory) {
 	if hot.Available+hot.Locked+hot.Sold != orders {
 		t.Fatalf("hot stock not conserved: %+v", hot)
 	}
+	AuditOK(t, s)
+}
+
+func testClaim(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	if _, ok, err := s.NextDeadline(ctx); err != nil || ok {
+		t.Fatalf("empty store: next deadline ok=%v err=%v", ok, err)
+	}
+	Stock(t, s, 100, "a")
+	for i := range 6 {
+		clk.Set(t0.Add(time.Duration(i) * time.Second))
+		Create(t, s, fmt.Sprintf("c-%d", i), "a")
+	}
+	into(t, s, "c-0", order.Paying) // due but PAYING: never claimed
+	Create(t, s, "c-att", "a")      // due at t0+5s+timeout+grace, with a failed attempt
+	into(t, s, "c-att", order.Paying)
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "c-att", PaymentID: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	next, ok, err := s.NextDeadline(ctx)
+	if err != nil || !ok || !next.Equal(t0.Add(time.Second+timeout+grace)) {
+		t.Fatalf("next deadline %v %v %v, want c-1's", next, ok, err)
+	}
+	base := t0.Add(timeout + grace)
+	clk.Set(base.Add(3 * time.Second)) // c-0..c-3 due; c-0 is PAYING
+	res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cancelledIDs(res); !slices.Equal(got, []string{"c-1", "c-2"}) {
+		t.Fatalf("claim 2: cancelled %v, want earliest first [c-1 c-2]", got)
+	}
+	res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: 10, Lag: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cancelledIDs(res); len(got) != 0 {
+		t.Fatalf("lag 1s: c-3 is due by 0s only, got %v", got)
+	}
+	clk.Set(base.Add(10 * time.Second))
+	res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: 10, SkipAttempted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cancelledIDs(res); !slices.Equal(got, []string{"c-3", "c-4", "c-5"}) {
+		t.Fatalf("skip attempted: cancelled %v", got)
+	}
+	res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cancelledIDs(res); !slices.Equal(got, []string{"c-att"}) {
+		t.Fatalf("no gateway: cancelled %v", got)
+	}
+	if _, ok, _ := s.NextDeadline(ctx); ok {
+		t.Fatal("no PENDING order left, yet a next deadline")
+	}
+	if get(t, s, "c-0").Status != order.Paying {
+		t.Fatal("claim cancelled a PAYING order")
+	}
+	AuditOK(t, s)
+}
+
+func cancelledIDs(res store.CancelDueResult) []string {
+	var ids []string
+	for _, c := range res.Cancelled {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func testConcurrentClaim(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	const n = 300
+	Stock(t, s, n, "a")
+	for i := range n {
+		Create(t, s, fmt.Sprintf("cc-%03d", i), "a")
+	}
+	clk.Advance(timeout + grace)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 25})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if len(res.Cancelled) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range res.Cancelled {
+					seen[c.ID]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("cancelled %d of %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s cancelled %d times", id, k)
+		}
+	}
+	wantSKU(t, s, "a", n, 0, 0)
 	AuditOK(t, s)
 }
