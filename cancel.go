@@ -8,33 +8,39 @@ import (
 	"github.com/lapsehq/lapse/timer"
 )
 
-// handleDue is the cancel pipeline of DESIGN.md §6, the timer.Handler of the
-// scheduler: one store transaction cancels every order of the batch that is
-// PENDING and past cancel_after, releasing its stock and writing its event.
-// The batch is acknowledged (nil) only after that transaction commits.
-//
-// The rest of the batch is sorted out here:
-//   - PENDING but not yet due by the store's clock (a timer fired early, a
-//     clock ahead): scheduled again for its cancel_after;
-//   - PAYING: never cancelled blind. Without a gateway to ask, it waits for
-//     its callback; a FAILED callback schedules the timer again. It is counted
-//     (lapse_payments_stuck) and shown by audit as waiting past its deadline;
-//   - PAID, CANCELLED or unknown: nothing to do.
+// handleDue is the cancel pipeline of DESIGN.md §6 as the timer.Handler of a
+// scheduler: the batch's orders are cancelled in one store transaction, and
+// the batch is acknowledged (nil) only after it commits.
 func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.CancelTimeout)
-	defer cancel()
 	ids := make([]string, len(due))
 	for i, t := range due {
 		ids[i] = t.Key
 	}
-	s.metrics.batchSize.Observe(float64(len(ids)))
-	res, err := s.store.CancelDue(ctx, store.CancelDueParams{IDs: ids})
+	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids})
+	return err
+}
+
+// cancelBatch runs one cancel transaction — a batch of due timers, or a claim
+// of due orders by the store itself (sql timers, fallback sweep) — in which
+// every order that is PENDING and past cancel_after is cancelled, its stock
+// released and its event written. The rest of a batch is sorted out here:
+//   - PENDING but not yet due by the store's clock (a timer fired early, a
+//     clock ahead): scheduled again for its cancel_after, never cancelled early;
+//   - PAYING: never cancelled blind. Without a gateway to ask, it waits for its
+//     callback; a FAILED callback schedules the timer again. It is counted
+//     (lapse_payments_stuck) and audit shows it as waiting past its deadline;
+//   - PAID, CANCELLED or unknown: nothing to do.
+func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CancelTimeout)
+	defer cancel()
+	res, err := s.store.CancelDue(ctx, p)
 	if err != nil {
 		s.metrics.batches.WithLabelValues("error").Inc()
-		s.log.Error("cancel batch failed; it will be redelivered", "orders", len(ids), "err", err)
-		return err
+		s.log.Error("cancel batch failed; it will be retried", "orders", len(p.IDs), "claim", p.Claim, "err", err)
+		return res, err
 	}
 	s.metrics.batches.WithLabelValues("ok").Inc()
+	s.metrics.batchSize.Observe(float64(len(res.Cancelled) + len(res.Skipped)))
 	timeout := s.metrics.cancelled.WithLabelValues(string(order.ReasonTimeout))
 	for _, c := range res.Cancelled {
 		timeout.Inc()
@@ -55,5 +61,5 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 	if len(res.Cancelled) > 0 {
 		s.log.Debug("cancel batch", "cancelled", len(res.Cancelled), "skipped", len(res.Skipped))
 	}
-	return nil
+	return res, nil
 }

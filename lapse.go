@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,8 +53,24 @@ func invalid(field, format string, args ...any) error {
 type Config struct {
 	// Store owns orders and stock. Required.
 	Store store.Store
-	// Scheduler keeps the cancel timers. Defaults to an in-process memory scheduler.
+	// Scheduler keeps the cancel timers. Defaults to an in-process memory
+	// scheduler, unless PollStore is set.
 	Scheduler timer.Scheduler
+	// PollStore makes the store itself the timer index (--timers sql): no
+	// Scheduler; due orders are claimed from the orders table with FOR UPDATE
+	// SKIP LOCKED, sleeping until the next deadline (at most PollMaxSleep).
+	PollStore bool
+	// PollMaxSleep bounds the sql poller's sleep, so orders created by other
+	// instances are seen. Defaults to 1 s.
+	PollMaxSleep time.Duration
+	// SweepInterval is how often the fallback sweep looks for orders a timer
+	// backend lost. Defaults to 30 s; negative disables it.
+	SweepInterval time.Duration
+	// SweepLag is how overdue an order must be before the sweep takes it,
+	// leaving the primary backend its chance first. Defaults to 10 s.
+	SweepLag time.Duration
+	// BatchSize is the most orders cancelled in one transaction. Defaults to 200.
+	BatchSize int
 	// Sink receives the outbox events. Defaults to a log sink on Logger.
 	Sink outbox.Sink
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
@@ -76,8 +93,20 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Scheduler == nil {
+	if c.Scheduler == nil && !c.PollStore {
 		c.Scheduler = memory.New(memory.Config{})
+	}
+	if c.PollMaxSleep == 0 {
+		c.PollMaxSleep = time.Second
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 30 * time.Second
+	}
+	if c.SweepLag == 0 {
+		c.SweepLag = 10 * time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 200
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -109,6 +138,12 @@ func (c *Config) validate() error {
 	if c.MaxTimeout < c.DefaultTimeout {
 		return fmt.Errorf("lapse: Config.MaxTimeout %s is below DefaultTimeout %s", c.MaxTimeout, c.DefaultTimeout)
 	}
+	if c.PollStore && c.Scheduler != nil {
+		return errors.New("lapse: Config.PollStore and Config.Scheduler are exclusive: the store is the timer index")
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		return fmt.Errorf("lapse: Config.BatchSize %d: want 1 to 10000", c.BatchSize)
+	}
 	if c.Grace < 0 {
 		return fmt.Errorf("lapse: Config.Grace %s: must not be negative", c.Grace)
 	}
@@ -124,7 +159,8 @@ func (c *Config) validate() error {
 type Service struct {
 	cfg     Config
 	store   store.Store
-	timers  timer.Scheduler
+	timers  timer.Scheduler // nil with PollStore
+	poll    *poller         // with PollStore
 	log     *slog.Logger
 	metrics *metrics
 }
@@ -141,6 +177,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if cfg.PollStore {
+		s.poll = newPoller(s, 0, cfg.PollMaxSleep, true, nil)
+	}
 	return s, nil
 }
 
@@ -151,23 +190,37 @@ func (s *Service) Registry() prometheus.Gatherer { return s.metrics.gatherer }
 // Store returns the store the service runs on.
 func (s *Service) Store() store.Store { return s.store }
 
-// Run seeds the scheduler (unless it is durable), relays outbox events and
-// cancels due orders until ctx ends. When ctx ends it stops claiming timers,
-// finishes the batch in hand and returns nil.
+// Run seeds the scheduler (unless it is durable), relays outbox events, runs
+// the fallback sweep and cancels due orders until ctx ends. When ctx ends it
+// stops claiming timers, finishes the batch in hand and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
-		if err := s.seed(ctx); err != nil {
-			return err
+	if s.timers != nil {
+		if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
+			if err := s.seed(ctx); err != nil {
+				return err
+			}
 		}
 	}
+	var wg sync.WaitGroup
 	relay := &outbox.Relay{
 		Store: s.store, Sink: s.cfg.Sink, Logger: s.log,
 		OnPublished: func(n int) { s.metrics.eventsPublished.Add(float64(n)) },
 	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(ctx) }()
-	err := s.timers.Run(ctx, s.handleDue)
-	<-relayDone
+	wg.Go(func() { _ = relay.Run(ctx) })
+	if s.cfg.SweepInterval > 0 {
+		sweep := newPoller(s, s.cfg.SweepLag, s.cfg.SweepInterval, false, func(n int) {
+			s.metrics.sweepCaught.Add(float64(n))
+			s.log.Warn("fallback sweep cancelled orders whose timers were lost", "orders", n)
+		})
+		wg.Go(func() { sweep.run(ctx) })
+	}
+	var err error
+	if s.poll != nil {
+		s.poll.run(ctx)
+	} else {
+		err = s.timers.Run(ctx, s.handleDue)
+	}
+	wg.Wait()
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -204,6 +257,10 @@ func (s *Service) seed(ctx context.Context) error {
 // failure here loses no order: it is logged and counted, and the timer comes
 // back from the store at the next start (and from the fallback sweep).
 func (s *Service) schedule(ctx context.Context, id string, due time.Time) {
+	if s.poll != nil {
+		s.poll.nudge(due)
+		return
+	}
 	if err := s.timers.Schedule(ctx, id, due); err != nil {
 		s.metrics.scheduleErrors.Inc()
 		s.log.Error("schedule cancel timer", "order_id", id, "due", due, "err", err)
@@ -211,6 +268,9 @@ func (s *Service) schedule(ctx context.Context, id string, due time.Time) {
 }
 
 func (s *Service) unschedule(ctx context.Context, id string) {
+	if s.timers == nil {
+		return
+	}
 	if err := s.timers.Unschedule(ctx, id); err != nil {
 		s.log.Warn("unschedule cancel timer (harmless: the store guards the cancel)", "order_id", id, "err", err)
 	}

@@ -23,6 +23,7 @@ type metrics struct {
 	payingAtDeadline prometheus.Counter
 	scheduleErrors   prometheus.Counter
 	eventsPublished  prometheus.Counter
+	sweepCaught      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -69,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		eventsPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_outbox_events_published_total", Help: "Outbox events delivered to the sink.",
 		}),
+		sweepCaught: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lapse_sweep_caught_total", Help: "Orders the fallback sweep cancelled: each is a timer the primary backend lost.",
+		}),
 	}
 	stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lapse_payments_stuck",
@@ -83,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}

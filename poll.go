@@ -1,0 +1,105 @@
+package lapse
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/timer"
+)
+
+// poller cancels due orders that the store finds itself (CancelDue in claim
+// mode: FOR UPDATE SKIP LOCKED on the orders table), so any number of lapse
+// instances can run it at once without a leader and without double work.
+//
+// It runs in two roles:
+//   - the sql timer backend (--timers sql): no lag, sleeping until the next
+//     deadline in the store and woken early when this process creates an order
+//     due sooner than that;
+//   - the fallback sweep behind any other backend: every SweepInterval, only
+//     orders overdue by more than SweepLag. Each order it cancels is a timer
+//     the primary backend lost, so it is counted (lapse_sweep_caught_total).
+type poller struct {
+	s        *Service
+	lag      time.Duration
+	maxSleep time.Duration
+	follow   bool // sleep until the store's next deadline (sql timers)
+	onCancel func(n int)
+
+	mu   sync.Mutex
+	plan time.Time // when the loop next wakes
+	wake chan struct{}
+}
+
+func newPoller(s *Service, lag, maxSleep time.Duration, follow bool, onCancel func(int)) *poller {
+	return &poller{s: s, lag: lag, maxSleep: maxSleep, follow: follow, onCancel: onCancel, wake: make(chan struct{}, 1)}
+}
+
+// nudge wakes the loop if due is earlier than its plan.
+func (p *poller) nudge(due time.Time) {
+	p.mu.Lock()
+	early := p.plan.IsZero() || due.Before(p.plan) // zero: awake, the next plan may miss it
+	p.mu.Unlock()
+	if early {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *poller) run(ctx context.Context) {
+	batch := p.s.cfg.BatchSize
+	attempt := 0
+	sleep := time.NewTimer(time.Hour)
+	defer sleep.Stop()
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		p.plan = time.Time{}
+		p.mu.Unlock()
+		res, err := p.s.cancelBatch(context.WithoutCancel(ctx), store.CancelDueParams{Claim: batch, Lag: p.lag})
+		var wait time.Duration
+		switch {
+		case err != nil:
+			attempt++
+			wait = timer.Backoff(attempt)
+		case len(res.Cancelled) == batch:
+			attempt = 0
+			if p.onCancel != nil {
+				p.onCancel(len(res.Cancelled))
+			}
+			continue // more are due
+		default:
+			attempt = 0
+			if p.onCancel != nil && len(res.Cancelled) > 0 {
+				p.onCancel(len(res.Cancelled))
+			}
+			wait = p.untilNext(ctx, res.Now)
+		}
+		p.mu.Lock()
+		p.plan = time.Now().Add(wait)
+		p.mu.Unlock()
+		sleep.Reset(wait)
+		select {
+		case <-ctx.Done():
+		case <-p.wake:
+		case <-sleep.C:
+		}
+		sleep.Stop()
+	}
+}
+
+// untilNext is how long to sleep: until the next deadline (sql timers), never
+// longer than maxSleep.
+func (p *poller) untilNext(ctx context.Context, now time.Time) time.Duration {
+	if !p.follow {
+		return p.maxSleep
+	}
+	next, ok, err := p.s.store.NextDeadline(ctx)
+	if err != nil || !ok {
+		return p.maxSleep
+	}
+	// The store's clock said now; sleep by the difference on ours.
+	return min(max(next.Add(p.lag).Sub(now), 0)+time.Millisecond, p.maxSleep)
+}
