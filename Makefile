@@ -1,0 +1,36 @@
+# lapse — common tasks. `make test` is the README's test command and what CI runs.
+
+# Integration suites run against local servers; override to point elsewhere.
+# A suite whose variable is empty is skipped (CI fails on any skip).
+LAPSE_TEST_POSTGRES ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+LAPSE_TEST_MYSQL    ?= mysql://root@127.0.0.1:3306/test
+export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL
+
+GOTESTFLAGS ?=
+
+.PHONY: test test-unit build run bench lint fuzz
+
+## test: every test, with the race detector, including the integration suites
+test:
+	go test -race -count=1 $(GOTESTFLAGS) ./...
+
+## test-unit: only what needs no server (SQLite and in-process timers)
+test-unit:
+	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= go test -race -count=1 $(GOTESTFLAGS) ./...
+
+build:
+	go build -o bin/lapse ./cmd/lapse
+
+## run: lapse on the embedded default (SQLite file lapse.db, in-process timers)
+run:
+	go run ./cmd/lapse serve
+
+## bench: the lateness benchmark of the README
+bench:
+	go run ./cmd/lapse bench --orders 2000 --spread 1s
+
+lint:
+	gofmt -l . | (! grep .) && go vet ./...
+
+fuzz:
+	go test -run '^$$' -fuzz FuzzDecodeCreateOrder -fuzztime 60s ./httpapi/
