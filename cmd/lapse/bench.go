@@ -54,9 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg := lapse.Config{Store: st, Sink: discardSink{}, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
-	if *timers == "sql" {
-		cfg.PollStore = true
-	} else if cfg.Scheduler, err = openTimers(*timers); err != nil {
+	if err := setTimers(&cfg, *timers); err != nil {
 		return err
 	}
 	svc, err := lapse.New(cfg)

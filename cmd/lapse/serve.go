@@ -18,7 +18,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
-	timers := fs.String("timers", "memory", "timer backend: memory")
+	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap) or sql (the orders table, claimed with SKIP LOCKED)")
+	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
+	sweepLag := fs.Duration("sweep-lag", 10*time.Second, "how overdue an order must be before the fallback sweep takes it")
 	grace := fs.Duration("grace", 60*time.Second, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
 	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, "payment window of an order that names no timeout_seconds")
 	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, "largest timeout_seconds accepted")
@@ -40,8 +42,14 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *apiToken == "" && !isLoopback(*addr) {
 		return fmt.Errorf("refusing to listen on %s without --api-token (or LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
 	}
-	sched, err := openTimers(*timers)
-	if err != nil {
+	cfg := lapse.Config{
+		Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
+		DefaultCurrency: *currency, Logger: logger, SweepInterval: *sweepInterval, SweepLag: *sweepLag,
+	}
+	if *sweepInterval == 0 {
+		cfg.SweepInterval = -1
+	}
+	if err := setTimers(&cfg, *timers); err != nil {
 		return err
 	}
 	st, err := openStore(ctx, *storeURL)
@@ -54,10 +62,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return err
 		}
 	}
-	svc, err := lapse.New(lapse.Config{
-		Store: st, Scheduler: sched, Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
-		DefaultCurrency: *currency, Logger: logger,
-	})
+	cfg.Store = st
+	svc, err := lapse.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
-	"github.com/lapsehq/lapse/timer"
 	"github.com/lapsehq/lapse/timer/memory"
 )
 
@@ -26,14 +26,17 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	}
 }
 
-// openTimers returns the scheduler a --timers value names.
-func openTimers(spec string) (timer.Scheduler, error) {
+// setTimers configures the timer backend a --timers value names.
+func setTimers(cfg *lapse.Config, spec string) error {
 	switch spec {
 	case "memory":
-		return memory.New(memory.Config{}), nil
+		cfg.Scheduler = memory.New(memory.Config{})
+	case "sql":
+		cfg.PollStore = true
 	default:
-		return nil, fmt.Errorf("--timers %q: unsupported (want memory)", spec)
+		return fmt.Errorf("--timers %q: unsupported (want memory or sql)", spec)
 	}
+	return nil
 }
 
 // redactURL hides a password in a store URL for logs.

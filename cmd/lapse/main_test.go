@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/lapsehq/lapse/payment"
+)
+
+// binary is the lapse command built once for the end-to-end tests, which run
+// it as a real process: flags, environment, signals and exit codes included.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lapse-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "lapse")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build lapse: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a running `lapse serve`.
+type server struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var addrRE = regexp.MustCompile(`msg="lapse serving" addr=(\S+)`)
+
+// startServe runs `lapse serve` on a free port and waits for it to listen.
+func startServe(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	pr, pw := io.Pipe()
+	s := &server{t: t, cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = io.MultiWriter(pw, s.logs)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("lapse serve log:\n%s", s.logs.String())
+		}
+	})
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		close(found)
+	}()
+	select {
+	case addr, ok := <-found:
+		if !ok {
+			t.Fatalf("lapse serve exited before listening:\n%s", s.logs.String())
+		}
+		s.url = "http://" + addr
+	case <-time.After(20 * time.Second):
+		t.Fatalf("lapse serve did not start:\n%s", s.logs.String())
+	}
+	return s
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (s *server) stop() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case err := <-s.done:
+		if err != nil {
+			s.t.Fatalf("lapse serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		s.t.Fatal("lapse serve did not exit within 15s of SIGTERM")
+	}
+	if !strings.Contains(s.logs.String(), "msg=stopped") {
+		s.t.Fatalf("no orderly stop in the log:\n%s", s.logs.String())
+	}
+}
+
+// call sends a request and decodes the JSON answer, checking the status.
+func (s *server) call(method, path, body string, wantStatus int, header ...string) map[string]any {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		s.t.Fatalf("%s %s: decode: %v", method, path, err)
+	}
+	if resp.StatusCode != wantStatus {
+		s.t.Fatalf("%s %s: status %d, want %d: %v", method, path, resp.StatusCode, wantStatus, out)
+	}
+	return out
+}
+
+func lapseCmd(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// endToEnd is the README's walk-through against a running server on storeURL:
+// stock, an order that times out, one that is paid, a buyer cancel, a late
+// callback for a cancelled order, then SIGTERM and a clean audit.
+func endToEnd(t *testing.T, storeURL, timers string) {
+	const secret = "e2e-secret"
+	run := fmt.Sprintf("%d", time.Now().UnixNano())
+	env := []string{"LAPSE_STORE=" + storeURL, "LAPSE_CALLBACK_SECRET=" + secret} // flags through the environment
+	s := startServe(t, env, "--timers", timers, "--grace", "0s", "--sweep-interval", "1s", "--sweep-lag", "1s")
+	sku := "tee-" + run
+	s.call("PUT", "/v1/skus/"+sku, `{"available": 5}`, 200)
+	timeout := s.call("POST", "/v1/orders", `{"id":"to-`+run+`","items":[{"sku":"`+sku+`","qty":2}],"amount_cents":1999,"timeout_seconds":1}`, 201)
+	s.call("POST", "/v1/orders", `{"id":"pd-`+run+`","items":[{"sku":"`+sku+`","qty":1}],"amount_cents":999}`, 201)
+	s.call("POST", "/v1/orders", `{"id":"bc-`+run+`","items":[{"sku":"`+sku+`","qty":1}],"amount_cents":500}`, 201)
+	if got := s.call("POST", "/v1/orders/pd-"+run+"/pay", "", 200)["status"]; got != "PAYING" {
+		t.Fatalf("pay: status %v", got)
+	}
+	notify := func(orderID string, amount int, wantStatus int) map[string]any {
+		body := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-%s","status":"SUCCEEDED","amount_cents":%d}`, orderID, orderID, amount)
+		return s.call("POST", "/v1/payments/notify", body, wantStatus,
+			payment.SignatureHeader, payment.Sign([]byte(secret), time.Now(), []byte(body)))
+	}
+	if got := notify("pd-"+run, 999, 200)["result"]; got != "paid" {
+		t.Fatalf("callback: result %v", got)
+	}
+	if got := s.call("POST", "/v1/orders/bc-"+run+"/cancel", "", 200)["cancel_reason"]; got != "buyer" {
+		t.Fatalf("buyer cancel: reason %v", got)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		o := s.call("GET", "/v1/orders/to-"+run, "", 200)
+		if o["status"] == "CANCELLED" {
+			if o["cancel_reason"] != "timeout" || o["cancelled_at"].(string) < timeout["cancel_after"].(string) {
+				t.Fatalf("timeout cancel: %v", o)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("order not cancelled 15s after its deadline: %v", o)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := notify("to-"+run, 1999, 200); got["result"] != "refund_required" || got["order"].(map[string]any)["status"] != "CANCELLED" {
+		t.Fatalf("late callback: %v", got)
+	}
+	if got := s.call("GET", "/v1/skus/"+sku, "", 200); got["available"] != 4.0 || got["locked"] != 0.0 || got["sold"] != 1.0 {
+		t.Fatalf("stock after the flows: %v", got)
+	}
+	s.stop()
+	out, code := lapseCmd(t, nil, "audit", "--store", storeURL)
+	if code != 0 || !strings.Contains(out, "every invariant holds") {
+		t.Fatalf("audit exit %d:\n%s", code, out)
+	}
+}
+
+func TestServeEndToEndOnSQLite(t *testing.T) {
+	t.Parallel()
+	for _, timers := range []string{"memory", "sql"} {
+		t.Run(timers, func(t *testing.T) {
+			t.Parallel()
+			endToEnd(t, "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"), timers)
+		})
+	}
+}
+
+func TestAuditExitsOneOnAViolation(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lapse.db")
+	url := "sqlite://" + path
+	if out, code := lapseCmd(t, nil, "migrate", "--store", url); code != 0 {
+		t.Fatalf("migrate: %d %s", code, out)
+	}
+	if out, code := lapseCmd(t, nil, "audit", "--store", url, "--json"); code != 0 || !strings.Contains(out, `"ok": true`) {
+		t.Fatalf("audit of an empty store: %d %s", code, out)
+	}
+	// Stock that appears from nowhere breaks available + locked + sold = total.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`INSERT INTO skus (sku, available, total, updated_at) VALUES ('ghost', 7, 0, 0)`)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := lapseCmd(t, nil, "audit", "--store", url)
+	if code != 1 || !strings.Contains(out, "FAIL  stock_conserved") {
+		t.Fatalf("audit after corruption: exit %d\n%s", code, out)
+	}
+}
+
+func TestServeRefusesAnOpenAddressWithoutToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, code := lapseCmd(t, nil, "serve", "--addr", "0.0.0.0:0", "--store", "sqlite://"+filepath.Join(dir, "x.db"))
+	if code == 0 || !strings.Contains(out, "without --api-token") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.db")); err == nil {
+		t.Fatal("a refused start created the database")
+	}
+}
+
+func TestBadFlagsAndCommands(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{nil, []string{"nope"}, 2, "unknown command"},
+		{nil, []string{"serve", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"LAPSE_GRACE=soon"}, []string{"serve"}, 1, "LAPSE_GRACE"},
+		{nil, []string{"serve", "--timers", "cron"}, 1, "unsupported"},
+		{nil, []string{"audit", "--store", "oracle://x"}, 1, "unsupported scheme"},
+		{nil, []string{"version"}, 0, "lapse "},
+	}
+	for _, c := range cases {
+		out, code := lapseCmd(t, c.env, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("lapse %v: exit %d, output %q; want exit %d containing %q", c.args, code, out, c.code, c.want)
+		}
+	}
+}
+
+func TestEnvironmentFillsFlagsTheCommandLineWins(t *testing.T) {
+	t.Setenv("LAPSE_GRACE", "5s")
+	t.Setenv("LAPSE_DEFAULT_TIMEOUT", "1m")
+	fs := newFlagSet("x", io.Discard)
+	grace := fs.Duration("grace", time.Minute, "")
+	timeout := fs.Duration("default-timeout", 15*time.Minute, "")
+	if err := parseFlags(fs, []string{"--default-timeout", "2m"}); err != nil {
+		t.Fatal(err)
+	}
+	if *grace != 5*time.Second || *timeout != 2*time.Minute {
+		t.Fatalf("grace %s (want 5s from env), timeout %s (want 2m from the flag)", *grace, *timeout)
+	}
+}
