@@ -51,8 +51,18 @@ type Relay struct {
 	OnPublished func(n int)
 }
 
-// Run relays until ctx ends.
+// Run relays until ctx ends, then makes one last pass (bounded to 5 s) so a
+// clean shutdown leaves nothing that was committed unpublished.
 func (r *Relay) Run(ctx context.Context) error {
+	defer func() {
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for {
+			if n, err := r.once(flush, max(r.BatchSize, 500)); err != nil || n == 0 {
+				return
+			}
+		}
+	}()
 	interval, batch := r.Interval, r.BatchSize
 	if interval <= 0 {
 		interval = 500 * time.Millisecond

@@ -1,0 +1,93 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/store/sqlite"
+	"github.com/lapsehq/lapse/store/storetest"
+)
+
+// recorder is a sink that fails the first failures calls, then records.
+type recorder struct {
+	mu       sync.Mutex
+	failures int
+	got      []string
+}
+
+func (r *recorder) Publish(_ context.Context, evs []order.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failures > 0 {
+		r.failures--
+		return errors.New("sink down")
+	}
+	for _, e := range evs {
+		r.got = append(r.got, e.OrderID+" "+e.Type)
+	}
+	return nil
+}
+
+func (r *recorder) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.got...)
+}
+
+func TestRelayDeliversInOrderAfterSinkFailures(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "o.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Stock(t, st, 10, "a")
+	storetest.Create(t, st, "o1", "a")
+	if _, err := st.CancelOrder(ctx, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Create(t, st, "o2", "a")
+
+	sink := &recorder{failures: 1}
+	relay := &outbox.Relay{Store: st, Sink: sink, Interval: 5 * time.Millisecond, Logger: discard()}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sink.events()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay delivered %v", sink.events())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Written while the relay runs, delivered by its last pass at shutdown at the latest.
+	storetest.Create(t, st, "o3", "a")
+	cancel()
+	<-done
+	want := []string{"o1 order.created", "o1 order.cancelled", "o2 order.created", "o3 order.created"}
+	got := sink.events()
+	if len(got) != len(want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delivered %v, want %v", got, want)
+		}
+	}
+	if left, _ := st.UnpublishedEvents(ctx, 10); len(left) != 0 {
+		t.Fatalf("%d events left unpublished", len(left))
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
