@@ -16,7 +16,7 @@ import (
 // Timer is one due key.
 type Timer struct {
 	Key string    // the order id
-	Due time.Time // when it was due
+	Due time.Time // when it was scheduled to fire (the original time, also on a redelivery)
 	// Attempt counts deliveries of this timer, from 1; above 1 the batch it
 	// was in failed before.
 	Attempt int

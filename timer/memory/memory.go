@@ -76,7 +76,7 @@ func (s *Scheduler) Schedule(_ context.Context, key string, due time.Time) error
 // put upserts under s.mu.
 func (s *Scheduler) put(key string, due time.Time, attempt int) {
 	if e, ok := s.byKey[key]; ok {
-		e.due, e.attempt = due, attempt
+		e.due, e.attempt, e.firstDue = due, attempt, time.Time{}
 		heap.Fix(&s.h, e.index)
 		return
 	}
@@ -144,7 +144,11 @@ func (s *Scheduler) claim(now time.Time) ([]timer.Timer, time.Time) {
 	for len(s.h) > 0 && len(batch) < s.cfg.BatchSize && !s.h[0].due.After(now) {
 		e := heap.Pop(&s.h).(*entry)
 		delete(s.byKey, e.key)
-		batch = append(batch, timer.Timer{Key: e.key, Due: e.due, Attempt: e.attempt + 1})
+		due := e.due
+		if !e.firstDue.IsZero() {
+			due = e.firstDue
+		}
+		batch = append(batch, timer.Timer{Key: e.key, Due: due, Attempt: e.attempt + 1})
 	}
 	s.plan = time.Time{}
 	if len(batch) == 0 && len(s.h) > 0 {
@@ -163,15 +167,17 @@ func (s *Scheduler) requeue(batch []timer.Timer) {
 			continue
 		}
 		s.put(t.Key, now.Add(s.cfg.Backoff(t.Attempt)), t.Attempt)
+		s.byKey[t.Key].firstDue = t.Due
 	}
 	s.mu.Unlock()
 }
 
 type entry struct {
-	key     string
-	due     time.Time
-	attempt int // deliveries so far
-	index   int
+	key      string
+	due      time.Time // when to deliver
+	firstDue time.Time // the original due time of a redelivery (zero otherwise)
+	attempt  int       // deliveries so far
+	index    int
 }
 
 // entries is a min-heap by due time (container/heap).
