@@ -195,7 +195,9 @@ func (s *Service) Store() store.Store { return s.store }
 // stops claiming timers, finishes the batch in hand and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	if s.timers != nil {
-		if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
+		if sd, ok := s.timers.(timer.Seeder); ok {
+			sd.SetSeed(s.seed) // the scheduler seeds itself when it finds its index empty
+		} else if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
 			if err := s.seed(ctx); err != nil {
 				return err
 			}

@@ -57,3 +57,13 @@ func Backoff(attempt int) time.Duration {
 	}
 	return min(d, 30*time.Second)
 }
+
+// Seeder is implemented by schedulers that keep their timers outside the
+// process and can lose them (Redis after a FLUSHALL, or a restart without
+// persistence). lapse hands such a scheduler a seed function that schedules
+// every pending order again from the store; the scheduler calls it when it
+// starts on an empty index and whenever it detects that its data was lost,
+// without blocking Schedule meanwhile.
+type Seeder interface {
+	SetSeed(seed func(ctx context.Context) error)
+}
