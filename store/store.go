@@ -85,6 +85,10 @@ type Orders interface {
 	// transaction, so any number of instances can run it at once without
 	// taking the same rows. This is the sql timer backend and the fallback sweep.
 	CancelDue(ctx context.Context, p CancelDueParams) (CancelDueResult, error)
+	// PaymentChecks returns up to limit orders that need a gateway check
+	// before they can be cancelled — PAYING, or PENDING with a failed payment
+	// attempt — whose cancel_after <= now - lag, earliest first.
+	PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]Deadline, error)
 	// NextDeadline returns the earliest cancel_after of a PENDING order, and
 	// false when there is none (the sql timer backend sleeps until then).
 	NextDeadline(ctx context.Context) (time.Time, bool, error)
@@ -188,6 +192,10 @@ type CancelDueParams struct {
 	// SkipAttempted leaves PENDING orders with a failed payment attempt alone,
 	// for the gateway check (a gateway is configured).
 	SkipAttempted bool
+	// Confirmed says the gateway confirmed these orders' trades are closed
+	// and unpaid: PAYING orders (and attempted PENDING ones) past cancel_after
+	// are cancelled too. Only with IDs.
+	Confirmed bool
 }
 
 // Cancelled is one order a batch cancelled.

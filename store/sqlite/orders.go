@@ -414,16 +414,19 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 	if len(p.IDs) == 0 && p.Claim <= 0 {
 		return res, nil
 	}
-	skip := 0
+	skip, confirmed := 0, 0
 	if p.SkipAttempted {
 		skip = 1
+	}
+	if p.Confirmed {
+		confirmed = 1
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res = store.CancelDueResult{Now: s.clock.Now()}
 		var cancelled []order.Order
 		var err error
 		if len(p.IDs) > 0 {
-			cancelled, err = queryOrders(ctx, tx, q.Get("cancel_due"), ms(res.Now), jsonArray(p.IDs), skip)
+			cancelled, err = queryOrders(ctx, tx, q.Get("cancel_due"), ms(res.Now), jsonArray(p.IDs), skip, confirmed)
 		} else {
 			cancelled, err = queryOrders(ctx, tx, q.Get("claim_due"), ms(res.Now), ms(res.Now.Add(-p.Lag)), p.Claim, skip)
 		}
@@ -475,6 +478,26 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
 	return res, nil
+}
+
+// PaymentChecks implements store.Orders.
+func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]store.Deadline, error) {
+	rows, err := s.r.QueryContext(ctx, q.Get("payment_checks"), ms(s.clock.Now().Add(-lag)), limit)
+	if err != nil {
+		return nil, fmt.Errorf("payment checks: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Deadline
+	for rows.Next() {
+		var d store.Deadline
+		var at int64
+		if err := rows.Scan(&d.OrderID, &at); err != nil {
+			return nil, fmt.Errorf("payment checks: %w", err)
+		}
+		d.CancelAfter = fromMS(at)
+		out = append(out, d)
+	}
+	return out, rows.Err()
 }
 
 // NextDeadline implements store.Orders.

@@ -107,10 +107,14 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
 -- name: cancel_due
--- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment attempt alone.
+-- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment
+-- attempt alone, ?4 1 when the gateway confirmed the trades closed (PAYING
+-- and attempted orders are cancelled too).
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (SELECT value FROM json_each(?2))
-  AND status = 'PENDING' AND cancel_after <= ?1 AND (?3 = 0 OR payment_attempts = 0)
+  AND cancel_after <= ?1
+  AND (status = 'PENDING' OR (?4 = 1 AND status = 'PAYING'))
+  AND (?3 = 0 OR ?4 = 1 OR payment_attempts = 0)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
@@ -124,6 +128,13 @@ WHERE id IN (SELECT id FROM orders
              ORDER BY cancel_after LIMIT ?3)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: payment_checks
+-- ?1 now - lag, ?2 limit.
+SELECT id, cancel_after FROM orders
+WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= ?1
+ORDER BY cancel_after
+LIMIT ?2;
 
 -- name: next_deadline
 SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING';

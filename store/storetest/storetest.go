@@ -47,6 +47,8 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("cancel due handles batches of 200 in one call", func(t *testing.T) { testCancelDueBatch(t, newStore) })
 	t.Run("claim mode takes due orders earliest first, honouring lag", func(t *testing.T) { testClaim(t, newStore) })
 	t.Run("concurrent claimers never take the same order", func(t *testing.T) { testConcurrentClaim(t, newStore) })
+	t.Run("a confirmed cancel takes PAYING orders, only when due", func(t *testing.T) { testConfirmedCancel(t, newStore) })
+	t.Run("payment checks list PAYING and attempted orders past their deadline", func(t *testing.T) { testPaymentChecks(t, newStore) })
 	t.Run("stock is released and committed at most once", func(t *testing.T) { testStockOnce(t, newStore) })
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
 	t.Run("list pages through every order once", func(t *testing.T) { testList(t, newStore) })
@@ -958,4 +960,59 @@ func testConcurrentClaim(t *testing.T, newStore Factory) {
 	}
 	wantSKU(t, s, "a", n, 0, 0)
 	AuditOK(t, s)
+}
+
+func testConfirmedCancel(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 10, "a")
+	o := Create(t, s, "cf-paying", "a")
+	into(t, s, "cf-paying", order.Paying)
+	Create(t, s, "cf-paid", "a")
+	into(t, s, "cf-paid", order.Paid)
+	clk.Set(o.CancelAfter.Add(-time.Millisecond))
+	res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"cf-paying"}, Confirmed: true})
+	if err != nil || len(res.Cancelled) != 0 {
+		t.Fatalf("before cancel_after: %+v %v", res, err)
+	}
+	clk.Set(o.CancelAfter)
+	res, err = s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"cf-paying", "cf-paid"}, Confirmed: true, SkipAttempted: true})
+	if err != nil || len(res.Cancelled) != 1 || res.Cancelled[0].ID != "cf-paying" {
+		t.Fatalf("confirmed: %+v %v", res, err)
+	}
+	if got := get(t, s, "cf-paid"); got.Status != order.Paid {
+		t.Fatalf("a confirmed cancel touched a PAID order: %s", got.Status)
+	}
+	wantSKU(t, s, "a", 9, 0, 1)
+	AuditOK(t, s)
+}
+
+func testPaymentChecks(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 10, "a")
+	for _, id := range []string{"pc-plain", "pc-paying", "pc-attempted", "pc-paid"} {
+		Create(t, s, id, "a")
+		clk.Advance(time.Second)
+	}
+	into(t, s, "pc-paying", order.Paying)
+	into(t, s, "pc-attempted", order.Paying)
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "pc-attempted", PaymentID: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	into(t, s, "pc-paid", order.Paid)
+	got, err := s.PaymentChecks(ctx, 0, 10)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("before any deadline: %v %v", got, err)
+	}
+	clk.Set(t0.Add(timeout + grace + 10*time.Second))
+	got, err = s.PaymentChecks(ctx, 0, 10)
+	if err != nil || len(got) != 2 || got[0].OrderID != "pc-paying" || got[1].OrderID != "pc-attempted" {
+		t.Fatalf("after the deadlines: %+v %v", got, err)
+	}
+	if got, _ := s.PaymentChecks(ctx, 9*time.Second, 10); len(got) != 1 {
+		t.Fatalf("lag 9s: %+v, want only pc-paying (due 10s ago)", got)
+	}
 }
