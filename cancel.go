@@ -16,7 +16,7 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 	for i, t := range due {
 		ids[i] = t.Key
 	}
-	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids})
+	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids, SkipAttempted: s.checks != nil})
 	return err
 }
 
@@ -26,9 +26,11 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 // released and its event written. The rest of a batch is sorted out here:
 //   - PENDING but not yet due by the store's clock (a timer fired early, a
 //     clock ahead): scheduled again for its cancel_after, never cancelled early;
-//   - PAYING: never cancelled blind. Without a gateway to ask, it waits for its
-//     callback; a FAILED callback schedules the timer again. It is counted
-//     (lapse_payments_stuck) and audit shows it as waiting past its deadline;
+//   - PAYING, or PENDING with a failed attempt while a gateway is configured:
+//     never cancelled blind. With a gateway they go to the gateway check
+//     (checker). Without one, a PAYING order waits for its callback (a FAILED
+//     callback schedules the timer again); it is counted (lapse_payments_stuck)
+//     and audit shows it as waiting past its deadline;
 //   - PAID, CANCELLED or unknown: nothing to do.
 func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CancelTimeout)
@@ -52,6 +54,8 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 		case sk.Status == order.Pending && sk.CancelAfter.After(res.Now):
 			s.metrics.early.Inc()
 			s.schedule(ctx, sk.ID, sk.CancelAfter)
+		case s.checks != nil && (sk.Status == order.Paying || sk.Status == order.Pending):
+			s.checks.enqueue(sk.ID)
 		case sk.Status == order.Paying:
 			s.metrics.payingAtDeadline.Inc()
 			s.log.Warn("order still PAYING at its deadline: not cancelled, waiting for the payment outcome",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
 	"github.com/lapsehq/lapse/timer/memory"
@@ -71,6 +72,20 @@ type Config struct {
 	SweepLag time.Duration
 	// BatchSize is the most orders cancelled in one transaction. Defaults to 200.
 	BatchSize int
+	// Gateway, when set, is asked before cancelling an order that had a
+	// payment attempt (see checker). Without one, a PAYING order waits for its
+	// callback and a PENDING order is cancelled at cancel_after.
+	Gateway payment.Gateway
+	// GatewayTimeout bounds one gateway call. Defaults to 5 s.
+	GatewayTimeout time.Duration
+	// GatewayPendingMax is how long lapse waits while the gateway reports a
+	// payment in progress before it closes the trade. Defaults to 5 minutes.
+	GatewayPendingMax time.Duration
+	// GatewayConcurrency bounds the gateway checks in flight. Defaults to 8.
+	GatewayConcurrency int
+	// ConfirmAfter is when an order cancelled after a payment attempt is
+	// queried once more (paid after all → refund_required). Defaults to 60 s.
+	ConfirmAfter time.Duration
 	// Sink receives the outbox events. Defaults to a log sink on Logger.
 	Sink outbox.Sink
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
@@ -107,6 +122,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 200
+	}
+	if c.GatewayTimeout == 0 {
+		c.GatewayTimeout = 5 * time.Second
+	}
+	if c.GatewayPendingMax == 0 {
+		c.GatewayPendingMax = 5 * time.Minute
+	}
+	if c.GatewayConcurrency == 0 {
+		c.GatewayConcurrency = 8
+	}
+	if c.ConfirmAfter == 0 {
+		c.ConfirmAfter = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -161,6 +188,7 @@ type Service struct {
 	store   store.Store
 	timers  timer.Scheduler // nil with PollStore
 	poll    *poller         // with PollStore
+	checks  *checker        // with a Gateway
 	log     *slog.Logger
 	metrics *metrics
 }
@@ -179,6 +207,9 @@ func New(cfg Config) (*Service, error) {
 	s.metrics = m
 	if cfg.PollStore {
 		s.poll = newPoller(s, 0, cfg.PollMaxSleep, true, nil)
+	}
+	if cfg.Gateway != nil {
+		s.checks = newChecker(s, cfg.Gateway)
 	}
 	return s, nil
 }
@@ -199,6 +230,9 @@ func (s *Service) Run(ctx context.Context) error {
 			sd.SetSeed(s.seed) // the scheduler seeds itself when it finds its index empty
 		} else if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
 			if err := s.seed(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped while seeding
+				}
 				return err
 			}
 		}
@@ -209,6 +243,9 @@ func (s *Service) Run(ctx context.Context) error {
 		OnPublished: func(n int) { s.metrics.eventsPublished.Add(float64(n)) },
 	}
 	wg.Go(func() { _ = relay.Run(ctx) })
+	if s.checks != nil {
+		wg.Go(func() { s.checks.run(ctx) })
+	}
 	if s.cfg.SweepInterval > 0 {
 		sweep := newPoller(s, s.cfg.SweepLag, s.cfg.SweepInterval, false, func(n int) {
 			s.metrics.sweepCaught.Add(float64(n))

@@ -24,6 +24,7 @@ type metrics struct {
 	scheduleErrors   prometheus.Counter
 	eventsPublished  prometheus.Counter
 	sweepCaught      prometheus.Counter
+	gatewayChecks    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -70,6 +71,9 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		eventsPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_outbox_events_published_total", Help: "Outbox events delivered to the sink.",
 		}),
+		gatewayChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lapse_gateway_checks_total", Help: "Gateway queries before a cancel, by answer (PAID, NOT_PAID, PENDING, CLOSED, error, close_error).",
+		}, []string{"result"}),
 		sweepCaught: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_sweep_caught_total", Help: "Orders the fallback sweep cancelled: each is a timer the primary backend lost.",
 		}),
@@ -87,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}

@@ -55,15 +55,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 		if err != nil {
 			return res, err
 		}
-		switch res.Outcome {
-		case store.OutcomePaid:
-			s.metrics.paid.Inc()
-			s.unschedule(ctx, n.OrderID)
-		case store.OutcomeRefundRequired:
-			s.metrics.refundRequired.Inc()
-			s.log.Warn("payment succeeded for a cancelled order: refund required",
-				"order_id", n.OrderID, "payment_id", n.PaymentID, "amount_cents", n.AmountCents)
-		}
+		s.notePayment(ctx, res, n.PaymentID)
 		return res, nil
 	case PaymentFailed:
 		res, err := s.store.FailPayment(ctx, p)
@@ -76,5 +68,19 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 		return res, nil
 	default:
 		return store.PaymentResult{}, invalid("status", "%s", fmt.Sprintf("want SUCCEEDED or FAILED, got %q", n.Status))
+	}
+}
+
+// notePayment does what follows a successful payment being recorded, however
+// it was learnt (callback, gateway query, confirmation).
+func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paymentID string) {
+	switch res.Outcome {
+	case store.OutcomePaid:
+		s.metrics.paid.Inc()
+		s.unschedule(ctx, res.Order.ID)
+	case store.OutcomeRefundRequired:
+		s.metrics.refundRequired.Inc()
+		s.log.Warn("payment succeeded for a cancelled order: refund required",
+			"order_id", res.Order.ID, "payment_id", paymentID, "amount_cents", res.Order.AmountCents)
 	}
 }

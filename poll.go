@@ -58,7 +58,8 @@ func (p *poller) run(ctx context.Context) {
 		p.mu.Lock()
 		p.plan = time.Time{}
 		p.mu.Unlock()
-		res, err := p.s.cancelBatch(context.WithoutCancel(ctx), store.CancelDueParams{Claim: batch, Lag: p.lag})
+		res, err := p.s.cancelBatch(context.WithoutCancel(ctx), store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil})
+		p.enqueueChecks(ctx)
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -102,4 +103,21 @@ func (p *poller) untilNext(ctx context.Context, now time.Time) time.Duration {
 	}
 	// The store's clock said now; sleep by the difference on ours.
 	return min(max(next.Add(p.lag).Sub(now), 0)+time.Millisecond, p.maxSleep)
+}
+
+// enqueueChecks hands the orders past their deadline that need a gateway
+// check (PAYING, or attempted) to the checker, which ignores those it is
+// already on.
+func (p *poller) enqueueChecks(ctx context.Context) {
+	if p.s.checks == nil {
+		return
+	}
+	due, err := p.s.store.PaymentChecks(ctx, p.lag, 1000)
+	if err != nil {
+		p.s.log.Warn("list orders due for a gateway check", "err", err)
+		return
+	}
+	for _, d := range due {
+		p.s.checks.enqueue(d.OrderID)
+	}
 }

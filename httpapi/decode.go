@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
@@ -31,8 +32,125 @@ func badRequest(code, format string, args ...any) *apiError {
 }
 
 // decodeStrict decodes one JSON object into v: unknown fields, trailing data
-// and type mismatches are 400s that name the field.
+// and type mismatches are 400s that name the field. Field names must match
+// exactly: encoding/json alone would take "AMOUNT_CENTS" for amount_cents,
+// and a body holding both would silently use the last one.
 func decodeStrict(body []byte, v any) error {
+	if err := exactKeys(body, v); err != nil {
+		return err
+	}
+	return decodeInto(body, v)
+}
+
+// exactKeys checks every object key of body against the json tags of v's
+// struct type (nested objects and arrays of objects included), exactly and
+// without duplicates.
+func exactKeys(body []byte, v any) error {
+	var raw any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return decodeInto(body, v) // reports the syntax error with its offset
+	}
+	if err := noDuplicateKeys(body); err != nil {
+		return err
+	}
+	return checkKeys(raw, reflect.TypeOf(v), "")
+}
+
+// noDuplicateKeys refuses an object that names a key twice: which value
+// would win is a parser's choice, and an amount is not a thing to guess.
+func noDuplicateKeys(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		expect bool // in an object: the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // EOF, or a syntax error that decodeInto reports
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch tk := tok.(type) {
+		case json.Delim:
+			switch tk {
+			case '{':
+				if top != nil && top.object {
+					top.expect = true
+				}
+				stack = append(stack, &frame{object: true, keys: map[string]bool{}, expect: true})
+			case '[':
+				if top != nil && top.object {
+					top.expect = true
+				}
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if top != nil && top.object && top.expect {
+				if top.keys[tk] {
+					return badRequest("invalid_field", "%q appears twice in one object", tk)
+				}
+				top.keys[tk] = true
+				top.expect = false
+				continue
+			}
+		}
+		if top != nil && top.object {
+			top.expect = true // a value was read: a key comes next
+		}
+	}
+}
+
+func checkKeys(raw any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch x := raw.(type) {
+	case map[string]any:
+		if t.Kind() != reflect.Struct {
+			return nil // a type mismatch: decodeInto names it
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for k, v := range x {
+			ft, ok := fields[k]
+			if !ok {
+				return badRequest("invalid_field", "%s%q is not a known field (names are case-sensitive)", path, k)
+			}
+			if err := checkKeys(v, ft, path+k+"."); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if t.Kind() != reflect.Slice {
+			return nil
+		}
+		for i, v := range x {
+			if err := checkKeys(v, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// decodeInto is the decoding proper.
+func decodeInto(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("invalid_json", "request body is empty; want a JSON object")
 	}

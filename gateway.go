@@ -1,0 +1,235 @@
+package lapse
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/timer"
+)
+
+// checker asks the payment gateway about orders that cannot be cancelled
+// blind (DESIGN.md §3, §6): PAYING orders, and PENDING orders with a failed
+// attempt, once past cancel_after. The rules:
+//
+//   - gateway says PAID: the order is marked PAID (stock committed, order.paid);
+//   - NOT_PAID: the trade is closed at the gateway, then the order cancelled —
+//     only once the close succeeded (or the trade was closed already);
+//     a close that finds the trade paid sends the order back to the query;
+//   - CLOSED: the order is cancelled;
+//   - PENDING (a payment in progress): asked again with backoff, for at most
+//     Config.GatewayPendingMax, then closed and cancelled;
+//   - an error (gateway down, timeout, unknown answer): asked again with
+//     backoff; never cancelled on an error.
+//
+// Orders cancelled after a payment attempt get a confirmation query
+// Config.ConfirmAfter later: paid after all → refund_required.
+//
+// Checks run beside the cancel batches, bounded by GatewayConcurrency, so a
+// slow or dead gateway never holds up orders that need no gateway call.
+// Retry and confirmation times are kept in the process: after a crash the
+// orders come back through the fallback sweep (PaymentChecks), and a
+// confirmation lost in a crash is what `lapse reconcile` is for.
+type checker struct {
+	s   *Service
+	gw  payment.Gateway
+	sem chan struct{}
+
+	mu      sync.Mutex
+	pending map[string]*check // by order id: in flight or waiting for a retry
+	wg      sync.WaitGroup
+	ctx     context.Context // set by run; checks stop when it ends
+}
+
+type check struct {
+	attempt      int
+	pendingSince time.Time // when the gateway first said PENDING
+	confirm      bool      // a confirmation query after the cancel
+	timer        *time.Timer
+}
+
+func newChecker(s *Service, gw payment.Gateway) *checker {
+	return &checker{s: s, gw: gw, sem: make(chan struct{}, s.cfg.GatewayConcurrency), pending: map[string]*check{},
+		ctx: context.Background()}
+}
+
+// run sets the context checks run under and waits, when it ends, for the
+// checks in flight (retries waiting on a timer are dropped: see above).
+func (c *checker) run(ctx context.Context) {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	for id, ch := range c.pending {
+		if ch.timer != nil && ch.timer.Stop() {
+			delete(c.pending, id)
+		}
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// enqueue starts a check of an order unless one is already in flight or waiting.
+func (c *checker) enqueue(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, busy := c.pending[id]; busy || c.ctx.Err() != nil {
+		return
+	}
+	ch := &check{}
+	c.pending[id] = ch
+	c.start(id, ch, 0)
+}
+
+// confirmLater schedules the confirmation query of an order just cancelled.
+func (c *checker) confirmLater(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return
+	}
+	ch := &check{confirm: true}
+	c.pending[id] = ch
+	c.start(id, ch, c.s.cfg.ConfirmAfter)
+}
+
+// start runs the check after delay; call under c.mu.
+func (c *checker) start(id string, ch *check, delay time.Duration) {
+	c.wg.Add(1)
+	ch.timer = time.AfterFunc(delay, func() {
+		defer c.wg.Done()
+		c.sem <- struct{}{}
+		defer func() { <-c.sem }()
+		c.mu.Lock()
+		ctx := c.ctx
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		var next time.Duration
+		var again bool
+		if ch.confirm {
+			next, again = c.confirm(ctx, id, ch)
+		} else {
+			next, again = c.check(ctx, id, ch)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if again && ctx.Err() == nil {
+			ch.attempt++
+			c.start(id, ch, next)
+			return
+		}
+		if c.pending[id] == ch {
+			delete(c.pending, id)
+		}
+	})
+}
+
+// check applies the rules once; it returns when to ask again, if at all.
+func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duration, bool) {
+	s := c.s
+	retry := timer.Backoff(ch.attempt + 1)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+	st, err := c.gw.Query(qctx, id)
+	cancel()
+	if err != nil {
+		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
+		s.log.Warn("gateway query failed; not cancelling, asking again later", "order_id", id, "retry_in", retry, "err", err)
+		return retry, true
+	}
+	s.metrics.gatewayChecks.WithLabelValues(string(st.State)).Inc()
+	switch st.State {
+	case payment.StatePaid:
+		res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
+		switch {
+		case errors.Is(err, store.ErrAmountMismatch):
+			s.log.Error("gateway reports a payment of another amount: left for a person to settle (see lapse reconcile)",
+				"order_id", id, "payment_id", st.PaymentID, "gateway_amount_cents", st.AmountCents)
+			return 0, false
+		case err != nil:
+			s.log.Warn("mark paid after gateway query", "order_id", id, "err", err)
+			return retry, true
+		}
+		s.notePayment(ctx, res, st.PaymentID)
+		return 0, false
+	case payment.StatePending:
+		if ch.pendingSince.IsZero() {
+			ch.pendingSince = time.Now()
+		}
+		if time.Since(ch.pendingSince) < s.cfg.GatewayPendingMax {
+			return retry, true
+		}
+		s.log.Warn("payment still in progress at the gateway after the maximum wait: closing the trade", "order_id", id,
+			"waited", time.Since(ch.pendingSince).Round(time.Second))
+		return c.closeAndCancel(ctx, id, retry)
+	case payment.StateNotPaid:
+		return c.closeAndCancel(ctx, id, retry)
+	case payment.StateClosed:
+		return c.cancelConfirmed(ctx, id, retry)
+	}
+	s.log.Warn("gateway answered an unknown state; asking again later", "order_id", id, "state", st.State)
+	return retry, true
+}
+
+func (c *checker) closeAndCancel(ctx context.Context, id string, retry time.Duration) (time.Duration, bool) {
+	s := c.s
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+	err := c.gw.Close(cctx, id)
+	cancel()
+	switch {
+	case errors.Is(err, payment.ErrAlreadyPaid):
+		s.log.Info("the trade was paid before it could be closed: querying again to mark the order paid", "order_id", id)
+		return 0, true
+	case err != nil:
+		s.metrics.gatewayChecks.WithLabelValues("close_error").Inc()
+		s.log.Warn("closing the trade failed; not cancelling, trying again later", "order_id", id, "retry_in", retry, "err", err)
+		return retry, true
+	}
+	return c.cancelConfirmed(ctx, id, retry)
+}
+
+// cancelConfirmed cancels an order whose trade the gateway confirmed closed.
+func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Duration) (time.Duration, bool) {
+	res, err := c.s.cancelBatch(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true})
+	if err != nil {
+		return retry, true
+	}
+	if len(res.Cancelled) == 1 {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		c.confirmLater(id)
+	}
+	return 0, false
+}
+
+// confirm is the query after a cancel: a payment that went through after all
+// flags the order refund_required.
+func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Duration, bool) {
+	s := c.s
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+	st, err := c.gw.Query(qctx, id)
+	cancel()
+	if err != nil {
+		if ch.attempt >= 5 {
+			s.log.Error("confirmation query kept failing; run lapse reconcile to settle this order", "order_id", id, "err", err)
+			return 0, false
+		}
+		return timer.Backoff(ch.attempt + 1), true
+	}
+	if st.State != payment.StatePaid {
+		return 0, false
+	}
+	res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
+	if err != nil {
+		s.log.Error("confirmation found a payment that could not be recorded; run lapse reconcile", "order_id", id, "err", err)
+		return 0, false
+	}
+	s.notePayment(ctx, res, st.PaymentID)
+	return 0, false
+}
