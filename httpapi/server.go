@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -36,6 +37,11 @@ type Options struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// OpenAPI is the API's OpenAPI 3.1 document, served at GET /openapi.yaml.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
 
 type server struct {
 	svc  *lapse.Service
@@ -71,6 +77,10 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	mux.Handle("GET /readyz", s.handle(s.ready))
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(OpenAPI)
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Registry(), promhttp.HandlerOpts{}))
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: r.Method + " " + r.URL.Path + " is not a route of this API"}
