@@ -31,6 +31,8 @@ var commands = []command{
 	{"migrate", "apply the schema migrations to the store", runMigrate},
 	{"audit", "check every invariant over the store; exit 1 on a violation", runAudit},
 	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
+	{"reconcile", "compare orders with the payment gateway's records; exit 1 on a mismatch", runReconcile},
+	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"version", "print the version", runVersion},
 }
 
@@ -84,7 +86,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: lapse <command> [flags]   (lapse <command> -h for its flags)")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 }
 

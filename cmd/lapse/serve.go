@@ -28,6 +28,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	callbackSecret := fs.String("callback-secret", "", "HMAC secret of the payment callback signature; without one every callback is refused")
 	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
 	apiToken := fs.String("api-token", "", "bearer token required on /v1 routes (except the signed payment callback)")
+	gw := addGatewayFlags(fs)
+	confirmAfter := fs.Duration("confirm-after", time.Minute, "query the gateway again this long after cancelling an order that had a payment attempt")
+	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, "how long to wait while the gateway reports a payment in progress before closing the trade")
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -51,6 +54,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	if err := setTimers(&cfg, *timers); err != nil {
 		return err
+	}
+	if g, err := gw.open(logger); err != nil {
+		return err
+	} else if g != nil {
+		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
+		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax
 	}
 	st, err := openStore(ctx, *storeURL)
 	if err != nil {
@@ -84,7 +93,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
 	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redactURL(*storeURL), "timers", *timers,
-		"grace", *grace, "default_timeout", *defaultTimeout, "auth", *apiToken != "", "version", version)
+		"grace", *grace, "default_timeout", *defaultTimeout, "gateway", *gw.url, "auth", *apiToken != "", "version", version)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)

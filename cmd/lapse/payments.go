@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/reconcile"
+)
+
+// gatewayFlags are the flags of the payment gateway client (serve, reconcile).
+type gatewayFlags struct {
+	url, token *string
+	timeout    *time.Duration
+	retries    *int
+}
+
+func addGatewayFlags(fs *flag.FlagSet) gatewayFlags {
+	return gatewayFlags{
+		url:     fs.String("gateway", "", "payment gateway base URL (lapse's JSON protocol); without one PAYING orders wait for their callback"),
+		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
+		timeout: fs.Duration("gateway-timeout", 2*time.Second, "timeout of one gateway request"),
+		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
+	}
+}
+
+// open returns the gateway client, or nil when no --gateway was given.
+func (g gatewayFlags) open(logger *slog.Logger) (*payment.HTTPGateway, error) {
+	if *g.url == "" {
+		return nil, nil
+	}
+	return payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+}
+
+// callTimeout bounds one gateway call including its retries.
+func (g gatewayFlags) callTimeout() time.Duration {
+	return time.Duration(*g.retries+1)*(*g.timeout) + 2*time.Second
+}
+
+func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("mockpay", stderr)
+	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway")
+	callbackURL := fs.String("callback-url", "http://127.0.0.1:8080", "lapse's base URL; callbacks go to <url>/v1/payments/notify")
+	secret := fs.String("callback-secret", "", "secret the callbacks are signed with (lapse serve's --callback-secret)")
+	delay := fs.Duration("callback-delay", 0, "hold every callback this long (a slow gateway)")
+	drop := fs.Bool("drop-callbacks", false, "never send callbacks (callback lost)")
+	silent := fs.Bool("silent-paid", false, "report paid when queried, but send no success callback")
+	failQueries := fs.Bool("fail-queries", false, "answer every query with 503")
+	failCloses := fs.Bool("fail-closes", false, "answer every close with 503")
+	attempts := fs.Int("callback-attempts", 4, "deliveries of a callback before giving up")
+	token := fs.String("token", "", "bearer token required on the protocol's routes")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if *secret == "" {
+		logger.Warn("no --callback-secret: callbacks go unsigned and lapse will refuse them")
+	}
+	m := payment.NewMock(payment.MockConfig{
+		CallbackURL: *callbackURL, CallbackSecret: []byte(*secret), CallbackDelay: *delay, DropCallbacks: *drop,
+		SilentPaid: *silent, FailQueries: *failQueries, FailCloses: *failCloses, CallbackAttempts: *attempts,
+		AuthToken: *token, Logger: logger,
+	})
+	defer m.Close()
+	logger.Info("mock gateway serving", "addr", *listen, "callback_url", *callbackURL)
+	err := m.ListenAndServe(ctx, *listen)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("reconcile", stderr)
+	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	gw := addGatewayFlags(fs)
+	statement := fs.String("statement", "", "gateway statement file (CSV order_id,payment_id,status,amount_cents; - for stdin) instead of --gateway")
+	from := fs.String("from", "", "first created_at to compare (RFC 3339 or YYYY-MM-DD; default 24 h ago)")
+	to := fs.String("to", "", "created_at bound, exclusive (RFC 3339 or YYYY-MM-DD; default now)")
+	concurrency := fs.Int("concurrency", 8, "gateway queries in flight")
+	format := fs.String("format", "table", "table or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if (*gw.url == "") == (*statement == "") {
+		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE")
+		return errUsage
+	}
+	if *format != "table" && *format != "json" {
+		fmt.Fprintln(stderr, "lapse reconcile: --format is table or json")
+		return errUsage
+	}
+	now := time.Now().UTC()
+	p := reconcile.Params{From: now.Add(-24 * time.Hour), To: now, Concurrency: *concurrency}
+	var err error
+	if *from != "" {
+		if p.From, err = parseWhen(*from); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+	}
+	if *to != "" {
+		if p.To, err = parseWhen(*to); err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+	}
+	if !p.From.Before(p.To) {
+		return errors.New("--from must be before --to")
+	}
+	st, err := openStore(ctx, *storeURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p.Orders = st
+	if *statement != "" {
+		f := os.Stdin
+		if *statement != "-" {
+			if f, err = os.Open(*statement); err != nil {
+				return err
+			}
+			defer f.Close()
+		}
+		p.Statement = f
+	} else {
+		g, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		if err != nil {
+			return err
+		}
+		p.Gateway = g
+	}
+	rep, err := reconcile.Run(ctx, p)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = reconcile.WriteTable(stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return exitError{1}
+	}
+	return nil
+}
+
+func parseWhen(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	t, err := time.Parse("2006-01-02", strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2026-11-29T08:00:00Z) or a date (2026-11-29)", s)
+	}
+	return t, nil
+}
