@@ -1,0 +1,190 @@
+package lapse_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/store/storetest"
+)
+
+// scripted is a gateway whose answers the test sets per order: the decision
+// rules are pure logic over its answers (the end-to-end tests in cmd/lapse run
+// the same rules against `lapse mockpay`).
+type scripted struct {
+	mu      sync.Mutex
+	state   map[string]payment.Status
+	closeFn func(id string) error
+	queries map[string]int
+	closes  map[string]int
+}
+
+func newScripted() *scripted {
+	return &scripted{state: map[string]payment.Status{}, queries: map[string]int{}, closes: map[string]int{}}
+}
+
+func (g *scripted) set(id string, st payment.Status) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state[id] = st
+}
+
+func (g *scripted) Query(_ context.Context, id string) (payment.Status, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queries[id]++
+	st, ok := g.state[id]
+	if !ok {
+		return payment.Status{State: payment.StateNotPaid}, nil
+	}
+	return st, nil
+}
+
+func (g *scripted) Close(_ context.Context, id string) error {
+	g.mu.Lock()
+	g.closes[id]++
+	fn := g.closeFn
+	g.mu.Unlock()
+	if fn != nil {
+		if err := fn(id); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state[id].State == payment.StatePaid {
+		return payment.ErrAlreadyPaid
+	}
+	g.state[id] = payment.Status{State: payment.StateClosed}
+	return nil
+}
+
+func (g *scripted) count(id string) (int, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queries[id], g.closes[id]
+}
+
+func gatewayService(t *testing.T, gw payment.Gateway) *lapse.Service {
+	t.Helper()
+	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
+	t.Cleanup(func() { st.Close() })
+	svc := newService(t, lapse.Config{Store: st, Gateway: gw, ConfirmAfter: 100 * time.Millisecond,
+		GatewayPendingMax: 300 * time.Millisecond})
+	storetest.Stock(t, st, 100, "sku")
+	start(t, svc)
+	return svc
+}
+
+// Cancelled after a payment attempt, then the confirmation query finds the
+// payment went through after all: refund_required.
+func TestConfirmationAfterCancelFlagsRefund(t *testing.T) {
+	t.Parallel()
+	gw := newScripted()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "late-pay", 300*time.Millisecond)
+	if _, err := svc.Pay(ctx, "late-pay"); err != nil {
+		t.Fatal(err)
+	}
+	// The trade is closed and the order cancelled; then the payment lands at
+	// the gateway anyway (a gateway whose close raced a payment).
+	waitFor(t, 5*time.Second, "the cancel", func() bool { return status(t, svc, "late-pay") == order.Cancelled })
+	gw.set("late-pay", payment.Status{State: payment.StatePaid, PaymentID: "p-late", AmountCents: 100})
+	waitFor(t, 5*time.Second, "the refund flag", func() bool {
+		o, _ := svc.Get(ctx, "late-pay")
+		return o.RefundRequired
+	})
+	o, _ := svc.Get(ctx, "late-pay")
+	if o.Status != order.Cancelled || o.PaymentID != "p-late" {
+		t.Fatalf("after confirmation: %+v", o)
+	}
+	if got := metric(t, svc, "lapse_refund_required_total"); got != 1 {
+		t.Fatalf("lapse_refund_required_total = %v", got)
+	}
+	storetest.AuditOK(t, svc.Store())
+}
+
+// A close that finds the trade paid sends the order back to the query: PAID.
+func TestCloseFindingAPaymentMarksPaid(t *testing.T) {
+	t.Parallel()
+	gw := newScripted()
+	gw.closeFn = func(id string) error {
+		gw.set(id, payment.Status{State: payment.StatePaid, PaymentID: "p-race", AmountCents: 100})
+		return nil // Close then sees PAID and answers ErrAlreadyPaid
+	}
+	svc := gatewayService(t, gw)
+	create(t, svc, "race", 300*time.Millisecond)
+	if _, err := svc.Pay(context.Background(), "race"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "PAID", func() bool { return status(t, svc, "race") == order.Paid })
+	if q, c := gw.count("race"); q < 2 || c != 1 {
+		t.Fatalf("queries %d, closes %d; want a second query after the close found the payment", q, c)
+	}
+	storetest.AuditOK(t, svc.Store())
+}
+
+// The gateway reports a payment of another amount: nothing is cancelled or
+// marked paid; the order waits for a person (and reconcile).
+func TestGatewayAmountMismatchChangesNothing(t *testing.T) {
+	t.Parallel()
+	gw := newScripted()
+	gw.set("odd", payment.Status{State: payment.StatePaid, PaymentID: "p-odd", AmountCents: 99})
+	svc := gatewayService(t, gw)
+	create(t, svc, "odd", 300*time.Millisecond)
+	if _, err := svc.Pay(context.Background(), "odd"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the gateway query", func() bool { q, _ := gw.count("odd"); return q >= 1 })
+	time.Sleep(200 * time.Millisecond) // a window in which nothing may happen
+	if got := status(t, svc, "odd"); got != order.Paying {
+		t.Fatalf("order is %s, want it left PAYING", got)
+	}
+	if _, c := gw.count("odd"); c != 0 {
+		t.Fatal("closed a trade the gateway says is paid")
+	}
+}
+
+// A PENDING order with no attempt is cancelled by the batch, never asked about,
+// even while the gateway hangs on the others.
+func TestGatewayDownNeverStallsPlainCancels(t *testing.T) {
+	t.Parallel()
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	gw := &hanging{block: block}
+	svc := gatewayService(t, gw)
+	for i := range 20 { // more than the checker's concurrency
+		id := "stuck-" + string(rune('a'+i))
+		create(t, svc, id, 500*time.Millisecond)
+		if _, err := svc.Pay(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(t, svc, "plain", 600*time.Millisecond)
+	waitFor(t, 5*time.Second, "the plain order cancelled", func() bool { return status(t, svc, "plain") == order.Cancelled })
+	if status(t, svc, "stuck-a") != order.Paying {
+		t.Fatal("an order was cancelled while its gateway check hung")
+	}
+}
+
+// hanging is a gateway that never answers until the test ends.
+type hanging struct{ block chan struct{} }
+
+func (h *hanging) Query(ctx context.Context, _ string) (payment.Status, error) {
+	select {
+	case <-h.block:
+	case <-ctx.Done():
+	}
+	return payment.Status{}, context.DeadlineExceeded
+}
+
+func (h *hanging) Close(ctx context.Context, _ string) error {
+	_, err := h.Query(ctx, "")
+	return err
+}
