@@ -7,6 +7,8 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/mysql"
+	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/timer/memory"
 )
@@ -21,8 +23,12 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 			return nil, err
 		}
 		return sqlite.Open(ctx, sqlite.Config{Path: path})
+	case "postgres", "postgresql":
+		return postgres.Open(ctx, postgres.Config{URL: url})
+	case "mysql":
+		return mysql.Open(ctx, mysql.Config{URL: url})
 	default:
-		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path)", url, scheme)
+		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redactURL(url), scheme)
 	}
 }
 

@@ -1,0 +1,85 @@
+-- The invariants of DESIGN.md §9, with the same names as every other store.
+-- Each query returns one row per violation, one text column `detail` that a
+-- person can read. Audit first sets two session variables on its connection:
+-- @now, the audit's clock (DATETIME(3), UTC), and @lag_ms, the allowed lag in
+-- milliseconds. Names prefixed `warn_` are warnings: worth a look, no
+-- invariant broken.
+
+-- name: stock_conserved
+SELECT CONCAT('sku ', sku, ': available ', available, ' + locked ', locked, ' + sold ', sold,
+              ' != total ', total) AS detail
+FROM skus WHERE available + locked + sold != total;
+
+-- name: locked_matches_open_orders
+SELECT CONCAT('sku ', s.sku, ': locked ', s.locked, ' but open orders hold ', COALESCE(h.qty, 0)) AS detail
+FROM skus s
+LEFT JOIN (SELECT i.sku, SUM(i.qty) AS qty FROM order_items i JOIN orders o ON o.id = i.order_id
+           WHERE o.status IN ('PENDING', 'PAYING') GROUP BY i.sku) h ON h.sku = s.sku
+WHERE s.locked != COALESCE(h.qty, 0);
+
+-- name: sold_matches_commits
+SELECT CONCAT('sku ', s.sku, ': sold ', s.sold, ' but ledger commits ', COALESCE(c.qty, 0)) AS detail
+FROM skus s
+LEFT JOIN (SELECT sku, SUM(qty) AS qty FROM stock_ledger WHERE action = 'commit' GROUP BY sku) c ON c.sku = s.sku
+WHERE s.sold != COALESCE(c.qty, 0);
+
+-- name: ledger_matches_status
+-- Every item has one reserve; PAID items one commit and no release; CANCELLED
+-- items one release and no commit; open items neither.
+SELECT CONCAT('order ', o.id, ' (', o.status, ') sku ', i.sku, ': reserve ', (r.order_id IS NOT NULL),
+              ', release ', (rl.order_id IS NOT NULL), ', commit ', (c.order_id IS NOT NULL)) AS detail
+FROM orders o
+JOIN order_items i ON i.order_id = o.id
+LEFT JOIN stock_ledger r  ON r.order_id = i.order_id  AND r.sku = i.sku  AND r.action = 'reserve'
+LEFT JOIN stock_ledger rl ON rl.order_id = i.order_id AND rl.sku = i.sku AND rl.action = 'release'
+LEFT JOIN stock_ledger c  ON c.order_id = i.order_id  AND c.sku = i.sku  AND c.action = 'commit'
+WHERE r.order_id IS NULL
+   OR (o.status = 'PAID' AND (c.order_id IS NULL OR rl.order_id IS NOT NULL))
+   OR (o.status = 'CANCELLED' AND (rl.order_id IS NULL OR c.order_id IS NOT NULL))
+   OR (o.status IN ('PENDING', 'PAYING') AND (rl.order_id IS NOT NULL OR c.order_id IS NOT NULL));
+
+-- name: paid_xor_cancelled
+SELECT CONCAT('order ', id, ' (', status, '): paid_at ', COALESCE(paid_at, '-'), ', cancelled_at ',
+              COALESCE(cancelled_at, '-')) AS detail
+FROM orders
+WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
+   OR (status = 'PAID' AND paid_at IS NULL)
+   OR (status = 'CANCELLED' AND (cancelled_at IS NULL OR cancel_reason IS NULL))
+   OR (status IN ('PENDING', 'PAYING') AND (paid_at IS NOT NULL OR cancelled_at IS NOT NULL));
+
+-- name: timeout_not_early
+SELECT CONCAT('order ', id, ': cancelled for timeout at ', cancelled_at, ' before cancel_after ',
+              cancel_after) AS detail
+FROM orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
+
+-- name: refund_only_when_cancelled
+SELECT CONCAT('order ', id, ' (', status, ') flagged refund_required') AS detail
+FROM orders WHERE refund_required != FALSE AND status != 'CANCELLED';
+
+-- name: events_once_per_transition
+-- order.created once per order, order.paid once per PAID order, order.cancelled
+-- once per CANCELLED order, order.refund_required once per flagged order, and none elsewhere.
+SELECT CONCAT('order ', o.id, ' (', o.status, '): created ', COALESCE(e.created, 0), ', paid ',
+              COALESCE(e.paid, 0), ', cancelled ', COALESCE(e.cancelled, 0), ', refund_required ',
+              COALESCE(e.refund, 0)) AS detail
+FROM orders o
+LEFT JOIN (SELECT order_id,
+                  SUM(type = 'order.created') AS created, SUM(type = 'order.paid') AS paid,
+                  SUM(type = 'order.cancelled') AS cancelled, SUM(type = 'order.refund_required') AS refund
+           FROM outbox GROUP BY order_id) e ON e.order_id = o.id
+WHERE COALESCE(e.created, 0) != 1
+   OR COALESCE(e.paid, 0) != (o.status = 'PAID')
+   OR COALESCE(e.cancelled, 0) != (o.status = 'CANCELLED')
+   OR COALESCE(e.refund, 0) != (o.refund_required != FALSE);
+
+-- name: pending_past_deadline
+SELECT CONCAT('order ', id, ': PENDING, cancel_after ', cancel_after, ' is ',
+              TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000, ' ms ago') AS detail
+FROM orders
+WHERE status = 'PENDING' AND cancel_after < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND;
+
+-- name: warn_paying_past_deadline
+SELECT CONCAT('order ', id, ': PAYING, cancel_after ', cancel_after, ' is ',
+              TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000,
+              ' ms ago; waiting for the payment outcome') AS detail
+FROM orders WHERE status = 'PAYING' AND cancel_after <= CAST(@now AS DATETIME(3));

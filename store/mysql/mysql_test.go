@@ -1,0 +1,389 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/mysql"
+	"github.com/lapsehq/lapse/store/storetest"
+)
+
+// emptyDatabase creates a database of its own on the server LAPSE_TEST_MYSQL
+// names, dropped when the test ends, and returns its URL and a plain
+// connection to it for tests that corrupt it on purpose.
+func emptyDatabase(t testing.TB) (string, *sql.DB) {
+	t.Helper()
+	base := os.Getenv("LAPSE_TEST_MYSQL")
+	if base == "" {
+		t.Skip("set LAPSE_TEST_MYSQL=mysql://… to run")
+	}
+	cfg, err := mysql.ParseURL(base)
+	if err != nil {
+		t.Fatalf("LAPSE_TEST_MYSQL: %v", err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "lapse_t_" + randomHex(6)
+	// name is made of [a-z0-9_] here, never input: safe to put in the text.
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		admin.Close()
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		if _, err := admin.Exec("DROP DATABASE " + name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String(), db
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// openURL opens a store on url, closed when the test ends.
+func openURL(t testing.TB, url string, clk clock.Clock) *mysql.Store {
+	t.Helper()
+	s, err := mysql.Open(context.Background(), mysql.Config{URL: url, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// open returns a migrated store on an empty database of its own.
+func open(t testing.TB, clk clock.Clock) (*mysql.Store, *sql.DB) {
+	t.Helper()
+	url, db := emptyDatabase(t)
+	s := openURL(t, url, clk)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
+		s, _ := open(t, clk)
+		return s
+	})
+}
+
+func TestMigrateTwiceIsANoOp(t *testing.T) {
+	t.Parallel()
+	s, db := open(t, clock.Real{})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("schema_migrations holds %d rows (%v), want 1", n, err)
+	}
+}
+
+// Several processes starting at once on an empty database all migrate
+// successfully: GET_LOCK makes them take turns.
+func TestConcurrentMigrateOnAnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	url, db := emptyDatabase(t)
+	stores := []*mysql.Store{openURL(t, url, nil), openURL(t, url, nil), openURL(t, url, nil)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(stores))
+	for i, s := range stores {
+		wg.Go(func() { errs[i] = s.Migrate(context.Background()) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("migrate %d: %v", i, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("schema_migrations holds %d rows (%v), want 1", n, err)
+	}
+	storetest.Stock(t, stores[0], 1, "a")
+	storetest.Create(t, stores[1], "o", "a")
+}
+
+// MySQL cannot roll a migration back: a failed step leaves the steps before
+// it, and no version. The next Migrate, once the cause is gone, completes it.
+func TestMigrateResumesAfterAFailedStep(t *testing.T) {
+	t.Parallel()
+	url, db := emptyDatabase(t)
+	// An orders table whose id cannot be referenced by order_items' foreign
+	// key: the create_order_items step fails after create_skus succeeded.
+	if _, err := db.Exec(`CREATE TABLE orders (id INT PRIMARY KEY) ENGINE = InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	s := openURL(t, url, nil)
+	err := s.Migrate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "create_order_items") {
+		t.Fatalf("migrate with a broken orders table: err = %v, want a failure at create_order_items", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a failed migration was recorded: %d rows (%v)", n, err)
+	}
+	if _, err := db.Exec(`DROP TABLE orders`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate again: %v", err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("schema_migrations holds %d rows (%v), want 1", n, err)
+	}
+	storetest.Stock(t, s, 1, "a")
+	storetest.Create(t, s, "o", "a")
+	storetest.AuditOK(t, s)
+}
+
+// The ledger's primary key is what makes a second release impossible even if
+// a guard were wrong: check it at the database.
+func TestLedgerRefusesASecondRelease(t *testing.T) {
+	t.Parallel()
+	s, db := open(t, clock.Real{})
+	storetest.Stock(t, s, 5, "a")
+	storetest.Create(t, s, "o", "a")
+	if _, err := s.CancelOrder(context.Background(), "o"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.Exec(`INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+		VALUES ('o', 'a', 'release', 1, UTC_TIMESTAMP(3))`)
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1062 {
+		t.Fatalf("a second release row: err = %v, want a duplicate key (1062)", err)
+	}
+}
+
+// A transaction that InnoDB picks as a deadlock victim is run again: the
+// store's CreateOrder holds SKU a and waits for b, held by a heavier
+// transaction that then asks for a. InnoDB rolls back the lighter one, the
+// store's, which retries and succeeds once the other commits.
+func TestDeadlockIsRetried(t *testing.T) {
+	t.Parallel()
+	s, db := open(t, clock.Real{})
+	ctx := context.Background()
+	storetest.Stock(t, s, 5, "a", "b")
+	if _, err := db.Exec(`CREATE TABLE ballast (i INT PRIMARY KEY) ENGINE = InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := db.QueryRow(`SELECT DATABASE()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	other, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback()
+	// Weight: many rows written, so InnoDB prefers the store's transaction as its victim.
+	if _, err := other.Exec(`INSERT INTO ballast (i) SELECT seq FROM seq_1_to_500`); err != nil {
+		// seq_1_to_500 is MariaDB's sequence engine; MySQL has none.
+		if _, err := other.Exec(`INSERT INTO ballast (i) WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) SELECT i FROM n`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Exec(`UPDATE skus SET updated_at = updated_at WHERE sku = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "dl", Items: []order.Item{{SKU: "a", Qty: 1}, {SKU: "b", Qty: 1}},
+			AmountCents: 1000, Currency: "EUR", Timeout: time.Minute})
+		created <- err
+	}()
+	// Wait until the store's transaction waits for b (holding a).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.innodb_trx t
+			JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+			WHERE t.trx_state = 'LOCK WAIT' AND p.db = ?`, name).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store's transaction never waited for the lock on b")
+		}
+		// innodb_trx is a cache that InnoDB refreshes only when it was not
+		// read for 100 ms: poll slower than that.
+		time.Sleep(150 * time.Millisecond)
+	}
+	if _, err := other.Exec(`UPDATE skus SET updated_at = updated_at WHERE sku = 'a'`); err != nil {
+		t.Fatalf("InnoDB chose the other transaction as the victim: %v", err)
+	}
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("create after a deadlock: %v", err)
+	}
+	storetest.AuditOK(t, s)
+}
+
+// Audit must be able to fail: corrupt each invariant and see its check fire.
+func TestAuditDetectsViolations(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		check, corrupt string
+	}{
+		{"stock_conserved", `UPDATE skus SET available = available + 1`},
+		{"locked_matches_open_orders", `UPDATE skus SET locked = locked + 1, total = total + 1`},
+		{"sold_matches_commits", `UPDATE skus SET sold = sold + 1, total = total + 1`},
+		{"ledger_matches_status", `DELETE FROM stock_ledger WHERE action = 'reserve'`},
+		{"paid_xor_cancelled", `UPDATE orders SET cancelled_at = paid_at WHERE status = 'PAID'`},
+		{"timeout_not_early", `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
+			cancelled_at = cancel_after - INTERVAL 1000 MICROSECOND WHERE id = 'open'`},
+		{"refund_only_when_cancelled", `UPDATE orders SET refund_required = TRUE WHERE status = 'PAID'`},
+		{"events_once_per_transition", `DELETE FROM outbox WHERE type = 'order.paid'`},
+		{"pending_past_deadline", `UPDATE orders SET cancel_after = '2000-01-01 00:00:00' WHERE id = 'open'`},
+	}
+	for _, c := range cases {
+		t.Run(c.check, func(t *testing.T) {
+			t.Parallel()
+			s, db := open(t, clock.Real{})
+			storetest.Stock(t, s, 5, "a")
+			storetest.Create(t, s, "open", "a")
+			storetest.Create(t, s, "paid", "a")
+			ctx := context.Background()
+			if _, err := s.StartPayment(ctx, "paid"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "p", AmountCents: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			storetest.AuditOK(t, s)
+			if _, err := db.Exec(c.corrupt); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := s.Audit(ctx, store.AuditParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() {
+				t.Fatalf("audit passed after: %s", c.corrupt)
+			}
+			for _, ch := range rep.Checks {
+				if ch.Name == c.check {
+					if ch.Count == 0 || len(ch.Examples) == 0 {
+						t.Fatalf("check %s did not fire", c.check)
+					}
+					return
+				}
+			}
+			t.Fatalf("no check named %s", c.check)
+		})
+	}
+}
+
+// Without a Clock the database's clock decides, and what a result reports as
+// "now" is the time the guards and the rows used.
+func TestDatabaseClockDecides(t *testing.T) {
+	t.Parallel()
+	s, db := open(t, nil)
+	ctx := context.Background()
+	storetest.Stock(t, s, 5, "a")
+	var before time.Time
+	if err := db.QueryRow(`SELECT UTC_TIMESTAMP(3)`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "now", Items: []order.Item{{SKU: "a", Qty: 1}},
+		AmountCents: 1, Currency: "EUR"}) // no timeout, no grace: due at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := res.Order
+	if d := o.CreatedAt.Sub(before); d < 0 || d > 5*time.Second {
+		t.Fatalf("created_at %v is not the database's time (%v before the create)", o.CreatedAt, before)
+	}
+	if !o.CancelAfter.Equal(o.CreatedAt) {
+		t.Fatalf("cancel_after %v, want created_at %v", o.CancelAfter, o.CreatedAt)
+	}
+	if _, err := s.StartPayment(ctx, "now"); !errors.Is(err, store.ErrOrderExpired) {
+		t.Fatalf("start payment at expires_at by the database's clock: err = %v, want ErrOrderExpired", err)
+	}
+	due, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"now"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due.Cancelled) != 1 || !due.Cancelled[0].CancelledAt.Equal(due.Now) || due.Now.Before(o.CancelAfter) {
+		t.Fatalf("cancel due: %+v (cancel_after %v)", due, o.CancelAfter)
+	}
+	if got, err := s.GetOrder(ctx, "now"); err != nil || !got.CancelledAt.Equal(due.Now) {
+		t.Fatalf("stored cancelled_at %v (%v), reported now %v", got.CancelledAt, err, due.Now)
+	}
+	rep, err := s.Audit(ctx, store.AuditParams{})
+	if err != nil || !rep.OK() || rep.At.Before(due.Now) {
+		t.Fatalf("audit: %+v %v", rep, err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url, user, pass, net, addr, db string
+	}{
+		{"mysql://root@127.0.0.1:3306/test", "root", "", "tcp", "127.0.0.1:3306", "test"},
+		{"mysql://lapse:p%40ss%3Aw%2Frd@db.internal/lapse", "lapse", "p@ss:w/rd", "tcp", "db.internal:3306", "lapse"},
+		{"mysql://u:p@[::1]:3307/x?tls=skip-verify", "u", "p", "tcp", "[::1]:3307", "x"},
+		{"mysql://u@/x?socket=/run/mysqld/mysqld.sock", "u", "", "unix", "/run/mysqld/mysqld.sock", "x"},
+	} {
+		cfg, err := mysql.ParseURL(c.url)
+		if err != nil {
+			t.Errorf("%s: %v", c.url, err)
+			continue
+		}
+		if cfg.User != c.user || cfg.Passwd != c.pass || cfg.Net != c.net || cfg.Addr != c.addr || cfg.DBName != c.db {
+			t.Errorf("%s: user %q pass %q net %s addr %s db %s", c.url, cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName)
+		}
+		if !cfg.ParseTime || cfg.InterpolateParams || !cfg.ClientFoundRows || cfg.Loc != time.UTC ||
+			cfg.Params["time_zone"] != "'+00:00'" || cfg.Timeout <= 0 {
+			t.Errorf("%s: the store's settings are not forced: %+v", c.url, cfg)
+		}
+	}
+	for _, bad := range []string{"postgres://u@h/db", "mysql://u@h", "mysql://u@h/", "mysql://u@h/a/b", "mysql:///db", "mysql://u:secret@h/db?tls=nonsense", "mysql://u:secret@h:port/db"} {
+		_, err := mysql.ParseURL(bad)
+		if err == nil {
+			t.Errorf("%s: accepted", bad)
+		} else if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: the error shows the password: %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+-- Queries of the MySQL/MariaDB driver. Times are DATETIME(3) in UTC.
+--
+-- Placeholders are positional (`?`), in text order. A placeholder or tuple
+-- written right after the marker /*each*/ is repeated once per element of a
+-- list (`IN (?, ?, ?)`, `VALUES (?, ?), (?, ?)`): the driver expands the
+-- marker into placeholders only, never into values. With one element each
+-- query runs as written, so a DBA can EXPLAIN it by filling in one value.
+--
+-- Every state change is one conditional UPDATE whose affected-row count decides
+-- who won (the connection sets CLIENT_FOUND_ROWS, and every guarded UPDATE also
+-- bumps version, so matched and changed rows are the same count). MySQL has no
+-- UPDATE … RETURNING: a winner reads its row back in the same transaction.
+
+-- name: db_now
+-- The database's clock, read once per transaction when no Clock is configured.
+SELECT UTC_TIMESTAMP(3);
+
+-- name: get_order
+-- Order columns, then one row per item (LEFT JOIN: items in the same round trip).
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       i.sku, i.qty
+FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+WHERE o.id = ?
+ORDER BY i.sku;
+
+-- name: lock_order
+-- get_order as a locking read: explains an UPDATE that matched nothing with
+-- the row as it is now, and holds it so that a retried UPDATE cannot lose again.
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       i.sku, i.qty
+FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+WHERE o.id = ?
+ORDER BY i.sku
+FOR UPDATE;
+
+-- name: get_orders
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       i.sku, i.qty
+FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+WHERE o.id IN (/*each*/?)
+ORDER BY o.id, i.sku;
+
+-- name: list_orders
+-- Params: status or '' (twice), then the (created_at, id) of the last row of
+-- the previous page (created_at twice), then the page size. The page is cut in
+-- the derived table, then joined with its items.
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+      FROM orders
+      WHERE (? = '' OR status = ?)
+        AND (created_at < ? OR (created_at = ? AND id < ?))
+      ORDER BY created_at DESC, id DESC
+      LIMIT ?) o
+LEFT JOIN order_items i ON i.order_id = o.id
+ORDER BY o.created_at DESC, o.id DESC, i.sku;
+
+-- name: idempotency_put
+-- Written first in CreateOrder: a concurrent request with the same key waits
+-- here for the first one and then fails with a duplicate key, and replays.
+INSERT INTO idempotency_keys (idempotency_key, request_hash, order_id, created_at) VALUES (?, ?, ?, ?);
+
+-- name: idempotency_get
+SELECT request_hash, order_id FROM idempotency_keys WHERE idempotency_key = ?;
+
+-- name: insert_order
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+VALUES (?, 'PENDING', ?, ?, ?, ?, ?);
+
+-- name: insert_items
+INSERT INTO order_items (order_id, sku, qty) VALUES /*each*/(?, ?, ?);
+
+-- name: reserve_sku
+-- Params: qty, qty, now, sku, qty. No row matched means not enough stock (or
+-- no such SKU). CreateOrder reserves its items in SKU order, so two orders
+-- sharing SKUs lock them in the same order.
+UPDATE skus SET available = available - ?, locked = locked + ?, updated_at = ?
+WHERE sku = ? AND available >= ?;
+
+-- name: ledger_insert
+-- Params: action, now, then the order ids. One ledger row per item; the
+-- primary key (order_id, sku, action) refuses a second row of the same action.
+-- FORCE INDEX here and below: items are always found by order id, one range
+-- per order, even when the statistics of a young table suggest a scan.
+INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, ?, qty, ? FROM order_items FORCE INDEX (PRIMARY)
+WHERE order_id IN (/*each*/?);
+
+-- name: lock_skus
+-- Locks the SKU rows a stock movement touches, in primary-key order, before
+-- the set-based UPDATE below (whose join order MySQL chooses): every
+-- transaction takes SKU locks in the same order, so they queue instead of deadlocking.
+SELECT sku FROM skus WHERE sku IN (/*each*/?) ORDER BY sku FOR UPDATE;
+
+-- name: release_stock
+-- Params: the order ids, then now. Locked units of the orders go back to
+-- available. STRAIGHT_JOIN: the per-SKU sums first, then one primary-key
+-- lookup per SKU, however many SKUs the table holds.
+UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
+        WHERE order_id IN (/*each*/?) GROUP BY sku) r
+STRAIGHT_JOIN skus s ON s.sku = r.sku
+SET s.locked = s.locked - r.qty, s.available = s.available + r.qty, s.updated_at = ?;
+
+-- name: commit_stock
+-- Params: the order ids, then now. Locked units of the orders become sold.
+UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
+        WHERE order_id IN (/*each*/?) GROUP BY sku) r
+STRAIGHT_JOIN skus s ON s.sku = r.sku
+SET s.locked = s.locked - r.qty, s.sold = s.sold + r.qty, s.updated_at = ?;
+
+-- name: insert_events
+INSERT INTO outbox (event_id, type, order_id, payload, created_at) VALUES /*each*/(?, ?, ?, ?, ?);
+
+-- name: start_payment
+-- Params: id, now.
+UPDATE orders SET status = 'PAYING', version = version + 1
+WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
+
+-- name: mark_paid
+-- Params: now, payment id, order id, amount.
+UPDATE orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
+WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ?;
+
+-- name: flag_refund
+-- Params: payment id, order id, amount.
+UPDATE orders SET refund_required = TRUE, payment_id = ?, version = version + 1
+WHERE id = ? AND status = 'CANCELLED' AND refund_required = FALSE AND amount_cents = ?;
+
+-- name: fail_payment
+UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+WHERE id = ? AND status = 'PAYING';
+
+-- name: buyer_cancel
+-- Params: now, id.
+UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'buyer', version = version + 1
+WHERE id = ? AND status = 'PENDING';
+
+-- name: lock_due
+-- Timer batch, step 1. Params: the ids (sorted), now, confirmed, skip attempted,
+-- confirmed; confirmed is 1 when the gateway confirmed the trades closed
+-- (PAYING and attempted orders are cancelled too), skip attempted 1 to leave
+-- PENDING orders with a failed payment attempt alone. Locks exactly the orders
+-- the batch will cancel (READ COMMITTED releases the rows that do not match at once).
+SELECT id FROM orders
+WHERE id IN (/*each*/?) AND cancel_after <= ?
+  AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'))
+  AND (? = 0 OR ? = 1 OR payment_attempts = 0)
+ORDER BY id
+FOR UPDATE;
+
+-- name: claim_due
+-- Claim mode, step 1. Params: now - lag, 1 to leave attempted orders alone,
+-- the batch size. A range scan of orders_status_cancel_after, earliest first;
+-- rows another transaction holds are skipped, so concurrent claimers never
+-- take (or wait for) the same order.
+SELECT id FROM orders
+WHERE status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
+ORDER BY cancel_after
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: cancel_due
+-- Step 2: the transition itself, for exactly the locked orders. Params: now,
+-- the ids, now, confirmed. It repeats the status and time guards, so it is
+-- correct on its own; its affected-row count must equal the number of locked orders.
+UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'timeout', version = version + 1
+WHERE id IN (/*each*/?) AND cancel_after <= ?
+  AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'));
+
+-- name: payment_checks
+-- Params: now - lag, limit. Orders the gateway must be asked about before
+-- they can be cancelled: two ranges of orders_status_cancel_after.
+SELECT id, cancel_after FROM orders
+WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= ?
+ORDER BY cancel_after
+LIMIT ?;
+
+-- name: next_deadline
+SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING';
+
+-- name: pending_deadlines
+-- Params: the (cancel_after, id) to start after (cancel_after twice), the page size.
+SELECT id, cancel_after FROM orders
+WHERE status = 'PENDING' AND (cancel_after > ? OR (cancel_after = ? AND id > ?))
+ORDER BY cancel_after, id
+LIMIT ?;
+
+-- name: count_stuck
+SELECT COUNT(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= ?;
+
+-- name: set_stock
+-- Params: sku, available, available (the new total), now, then for an
+-- existing SKU available (total), available, now.
+INSERT INTO skus (sku, available, total, updated_at) VALUES (?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE total = ? + locked + sold, available = ?, updated_at = ?;
+
+-- name: get_sku
+SELECT sku, available, locked, sold FROM skus WHERE sku = ?;
+
+-- name: unpublished_events
+SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+WHERE published_at IS NULL ORDER BY seq LIMIT ?;
+
+-- name: mark_published
+-- Params: now, the sequence numbers.
+UPDATE outbox SET published_at = ? WHERE seq IN (/*each*/?) AND published_at IS NULL;
+
+-- name: audit_params
+-- Session variables the queries of audit.sql read: @now, @lag_ms.
+SET @now = ?, @lag_ms = ?;
+
+-- name: migrate_lock
+-- A named lock per database, held by Migrate's connection: migrations from
+-- several processes run one after the other. Param: seconds to wait.
+-- Returns 1 when taken, 0 on timeout.
+SELECT GET_LOCK(CONCAT('lapse_migrate_', SHA1(DATABASE())), ?);
+
+-- name: migrate_unlock
+SELECT RELEASE_LOCK(CONCAT('lapse_migrate_', SHA1(DATABASE())));
+
+-- name: schema_migrations_create
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INT          NOT NULL,
+    name       VARCHAR(255) NOT NULL,
+    applied_at DATETIME(3)  NOT NULL,
+    PRIMARY KEY (version)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- name: schema_migrations_list
+SELECT version FROM schema_migrations;
+
+-- name: schema_migrations_insert
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);

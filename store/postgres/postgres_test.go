@@ -1,0 +1,492 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/postgres"
+	"github.com/lapsehq/lapse/store/storetest"
+)
+
+// serverURL is the database the tests run in, each in a schema of its own.
+func serverURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("LAPSE_TEST_POSTGRES")
+	if u == "" {
+		t.Skip("set LAPSE_TEST_POSTGRES=postgres://… to run")
+	}
+	return u
+}
+
+// newSchema creates an empty schema, dropped when the test ends, and returns
+// a URL whose connections use it (search_path is sent as a run-time parameter).
+func newSchema(t testing.TB) string {
+	t.Helper()
+	base := serverURL(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "lapse_t_" + hex.EncodeToString(b)
+	ident := pgx.Identifier{schema}.Sanitize()
+	admin := func(sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Fatalf("connect to %s: %v", base, err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	admin("CREATE SCHEMA " + ident)
+	t.Cleanup(func() { admin("DROP SCHEMA " + ident + " CASCADE") })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := u.Query()
+	v.Set("search_path", schema)
+	u.RawQuery = v.Encode()
+	return u.String()
+}
+
+// open returns a migrated store in a new schema, and the schema's URL.
+func open(t testing.TB, clk clock.Clock) (*postgres.Store, string) {
+	t.Helper()
+	u := newSchema(t)
+	s := openURL(t, u, clk)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, u
+}
+
+func openURL(t testing.TB, u string, clk clock.Clock) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: u, Clock: clk, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// connect opens one connection to the schema of u, for looking behind the store.
+func connect(t testing.TB, u string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
+		s, _ := open(t, clk)
+		return s
+	})
+}
+
+func TestMigrateTwiceIsANoOp(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, clock.Real{})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+}
+
+// Several instances starting at once on an empty schema: the advisory lock
+// makes them queue, and each finds the work done by the first.
+func TestConcurrentMigrationsAllSucceed(t *testing.T) {
+	t.Parallel()
+	u := newSchema(t)
+	const instances = 4
+	errs := make(chan error, instances)
+	var wg sync.WaitGroup
+	for range instances {
+		s := openURL(t, u, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.Migrate(context.Background())
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent migrate: %v", err)
+		}
+	}
+	var n int
+	if err := connect(t, u).QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := fs.Glob(postgres.Files, "migrations/*.up.sql")
+	if err != nil || n != len(ms) {
+		t.Fatalf("%d migrations recorded, want %d (%v)", n, len(ms), err)
+	}
+}
+
+// A migration that fails half-way leaves nothing of itself behind.
+func TestFailedMigrationLeavesTheSchemaAsItWas(t *testing.T) {
+	t.Parallel()
+	u := newSchema(t)
+	s := openURL(t, u, nil)
+	first, err := fs.ReadFile(postgres.Files, "migrations/001_init.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := fstest.MapFS{
+		"m/001_init.up.sql": {Data: first},
+		"m/002_broken.up.sql": {Data: []byte(`CREATE TABLE extra (x int);
+ALTER TABLE orders ADD COLUMN y int;
+SELECT 1 / 0;`)},
+	}
+	ctx := context.Background()
+	if err := s.MigrateFrom(ctx, fsys, "m"); err == nil || !strings.Contains(err.Error(), "002_broken") {
+		t.Fatalf("broken migration: err = %v", err)
+	}
+	var extra, y bool
+	var version int
+	err = connect(t, u).QueryRow(ctx, `SELECT to_regclass('extra') IS NOT NULL,
+		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'orders' AND column_name = 'y'),
+		(SELECT max(version) FROM schema_migrations)`).Scan(&extra, &y, &version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extra || y || version != 1 {
+		t.Fatalf("after the failed step: table extra %v, column y %v, version %d", extra, y, version)
+	}
+	storetest.Stock(t, s, 1, "a") // version 1 still works
+}
+
+// The ledger's primary key is what makes a second release impossible even if
+// a guard were wrong: check it at the database.
+func TestLedgerRefusesASecondRelease(t *testing.T) {
+	t.Parallel()
+	s, u := open(t, clock.Real{})
+	storetest.Stock(t, s, 5, "a")
+	storetest.Create(t, s, "o", "a")
+	if _, err := s.CancelOrder(context.Background(), "o"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := connect(t, u).Exec(context.Background(),
+		`INSERT INTO stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o', 'a', 'release', 1, now())`)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("a second release row: err = %v, want a unique violation", err)
+	}
+}
+
+// Two transactions taking the same SKU rows in opposite orders deadlock;
+// PostgreSQL aborts one with deadlock_detected, and the store runs it again
+// rather than failing the request.
+func TestDeadlockedTransactionRunsAgain(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, clock.Real{})
+	ctx := context.Background()
+	storetest.Stock(t, s, 5, "a", "b")
+	var runs [2]int
+	var held sync.WaitGroup // each holds its first row before taking the second
+	held.Add(2)
+	var wg sync.WaitGroup
+	for i, skus := range [2][2]string{{"a", "b"}, {"b", "a"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.Tx(ctx, func(tx pgx.Tx) error {
+				runs[i]++
+				for k, sku := range skus {
+					if _, err := tx.Exec(ctx, `UPDATE skus SET available = available + 1 WHERE sku = $1`, sku); err != nil {
+						return err
+					}
+					if k == 0 && runs[i] == 1 {
+						held.Done()
+						held.Wait()
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("transaction %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if runs[0]+runs[1] != 3 {
+		t.Fatalf("runs %v: want one of the two run twice", runs)
+	}
+	for _, sku := range []string{"a", "b"} {
+		if k, err := s.GetSKU(ctx, sku); err != nil || k.Available != 7 {
+			t.Fatalf("sku %s: %+v %v, want both increments once", sku, k, err)
+		}
+	}
+}
+
+// Audit must be able to fail: corrupt each invariant and see its check fire.
+func TestAuditDetectsViolations(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		check, corrupt string
+	}{
+		{"stock_conserved", `UPDATE skus SET available = available + 1`},
+		{"locked_matches_open_orders", `UPDATE skus SET locked = locked + 1, total = total + 1`},
+		{"sold_matches_commits", `UPDATE skus SET sold = sold + 1, total = total + 1`},
+		{"ledger_matches_status", `DELETE FROM stock_ledger WHERE action = 'reserve'`},
+		{"paid_xor_cancelled", `UPDATE orders SET cancelled_at = now() WHERE status = 'PAID'`},
+		{"timeout_not_early", `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
+			cancelled_at = cancel_after - interval '1 millisecond' WHERE id = 'open'`},
+		{"refund_only_when_cancelled", `UPDATE orders SET refund_required = true WHERE status = 'PAID'`},
+		{"events_once_per_transition", `DELETE FROM outbox WHERE type = 'order.paid'`},
+		{"pending_past_deadline", `UPDATE orders SET cancel_after = 'epoch' WHERE id = 'open'`},
+	}
+	for _, c := range cases {
+		t.Run(c.check, func(t *testing.T) {
+			t.Parallel()
+			s, u := open(t, clock.Real{})
+			storetest.Stock(t, s, 5, "a")
+			storetest.Create(t, s, "open", "a")
+			storetest.Create(t, s, "paid", "a")
+			ctx := context.Background()
+			if _, err := s.StartPayment(ctx, "paid"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "p", AmountCents: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			storetest.AuditOK(t, s)
+			if _, err := connect(t, u).Exec(ctx, c.corrupt); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := s.Audit(ctx, store.AuditParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() {
+				t.Fatalf("audit passed after: %s", c.corrupt)
+			}
+			for _, ch := range rep.Checks {
+				if ch.Name == c.check {
+					if ch.Count == 0 || len(ch.Examples) == 0 {
+						t.Fatalf("check %s did not fire", c.check)
+					}
+					return
+				}
+			}
+			t.Fatalf("no check named %s", c.check)
+		})
+	}
+}
+
+// Without a configured clock, the database's clock decides every guard, and
+// the times the store reports are the ones it used.
+func TestDatabaseClockDecides(t *testing.T) {
+	t.Parallel()
+	s, u := open(t, nil)
+	ctx := context.Background()
+	storetest.Stock(t, s, 10, "a")
+	create := func(id string, timeout time.Duration) order.Order {
+		t.Helper()
+		res, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: id, Items: []order.Item{{SKU: "a", Qty: 1}},
+			AmountCents: 1, Currency: "EUR", Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Order
+	}
+	var dbNow time.Time
+	if err := connect(t, u).QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	due := create("due", 0)
+	later := create("later", time.Hour)
+	if d := due.CreatedAt.Sub(dbNow); d < -time.Second || d > 5*time.Second {
+		t.Fatalf("created_at %v is %v away from the database's now %v", due.CreatedAt, d, dbNow)
+	}
+	if due.CreatedAt.Nanosecond()%int(time.Millisecond) != 0 {
+		t.Fatalf("created_at %v is finer than milliseconds", due.CreatedAt)
+	}
+	res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"due", "later"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cancelled) != 1 || res.Cancelled[0].ID != "due" || !res.Cancelled[0].CancelledAt.Equal(res.Now) {
+		t.Fatalf("cancelled %+v at %v", res.Cancelled, res.Now)
+	}
+	if res.Now.Before(due.CancelAfter) || !res.Now.Before(later.CancelAfter) {
+		t.Fatalf("now %v: due at %v, later at %v", res.Now, due.CancelAfter, later.CancelAfter)
+	}
+	if len(res.Skipped) != 1 || res.Skipped[0].ID != "later" || res.Skipped[0].Status != order.Pending {
+		t.Fatalf("skipped %+v", res.Skipped)
+	}
+	if got, err := s.GetOrder(ctx, "due"); err != nil || !got.CancelledAt.Equal(res.Now) {
+		t.Fatalf("stored cancelled_at %v, reported now %v (%v)", got.CancelledAt, res.Now, err)
+	}
+	if _, err := s.StartPayment(ctx, "later"); err != nil {
+		t.Fatalf("start payment an hour before expiry: %v", err)
+	}
+	create("claimed", 0)
+	res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: 10})
+	if err != nil || len(res.Cancelled) != 1 || res.Cancelled[0].ID != "claimed" {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	if n, err := s.CountStuck(ctx); err != nil || n != 0 {
+		t.Fatalf("stuck = %d, %v", n, err)
+	}
+	storetest.AuditOK(t, s)
+}
+
+// The claim must cost O(due rows), not O(table): both the plan for the
+// values at hand and the generic plan a cached statement may switch to walk
+// the (status, cancel_after) index and stop at the LIMIT.
+func TestClaimWalksTheScheduleIndex(t *testing.T) {
+	t.Parallel()
+	_, u := open(t, clock.Real{})
+	ctx := context.Background()
+	conn := connect(t, u)
+	// 20,000 orders, 1% of them due; the rest pending in the future or done.
+	_, err := conn.Exec(ctx, `
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+SELECT 'o' || g,
+       CASE WHEN g % 3 = 0 THEN 'PAID' WHEN g % 3 = 1 THEN 'CANCELLED' ELSE 'PENDING' END,
+       100, 'EUR', now(), now(),
+       CASE WHEN g % 100 = 2 THEN now() - interval '1 minute' ELSE now() + g * interval '1 second' END
+FROM generate_series(1, 20000) AS g;
+ANALYZE orders`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx) // EXPLAIN alone does not run the UPDATE; roll back anyway
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	plan := func(sql string, args ...any) string {
+		t.Helper()
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	now := time.Now()
+	custom := plan("EXPLAIN "+postgres.ClaimDueSQL, now, now, 200, false)
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "PREPARE claim (timestamptz, timestamptz, int, boolean) AS "+postgres.ClaimDueSQL); err != nil {
+		t.Fatal(err)
+	}
+	generic := plan("EXPLAIN EXECUTE claim (now(), now(), 200, false)")
+	for name, p := range map[string]string{"custom": custom, "generic": generic} {
+		if !strings.Contains(p, "Index Scan on orders_status_cancel_after") && !strings.Contains(p, "Index Scan using orders_status_cancel_after") ||
+			!strings.Contains(p, "Index Scan using orders_pkey") || !strings.Contains(p, "Limit") ||
+			!strings.Contains(p, "LockRows") || strings.Contains(p, "Seq Scan") {
+			t.Errorf("%s plan of the claim does not walk the schedule index:\n%s", name, p)
+		}
+	}
+	t.Logf("claim plan:\n%s\ngeneric plan:\n%s", custom, generic)
+}
+
+// BenchmarkCancelDue measures the timeout cancel of due orders, with the
+// database's clock as in production: b.N orders of two items each are created
+// outside the timer, then cancelled in batches of the given size by id (what
+// a scheduler hands over) or by claim (the sql timer backend and the sweep).
+func BenchmarkCancelDue(b *testing.B) {
+	for _, batch := range []int{1, 50, 200} {
+		b.Run(fmt.Sprintf("ids/batch=%d", batch), func(b *testing.B) { benchCancelDue(b, batch, false) })
+	}
+	b.Run("claim/batch=200", func(b *testing.B) { benchCancelDue(b, 200, true) })
+}
+
+func benchCancelDue(b *testing.B, batch int, claim bool) {
+	s, u := open(b, nil)
+	ctx := context.Background()
+	n := b.N
+	const skus = 50
+	for i := range skus {
+		storetest.Stock(b, s, int64(2*n), fmt.Sprintf("sku-%02d", i))
+	}
+	storetest.Stock(b, s, int64(2*n), "shared")
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	const creators = 8
+	for w := range creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += creators {
+				ids[i] = fmt.Sprintf("bench-%07d", i)
+				_, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: ids[i], AmountCents: 100, Currency: "EUR",
+					Items: []order.Item{{SKU: fmt.Sprintf("sku-%02d", i%skus), Qty: 1}, {SKU: "shared", Qty: 1}}})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	if _, err := connect(b, u).Exec(ctx, "ANALYZE"); err != nil { // as autovacuum would have by now
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	start := time.Now()
+	done := 0
+	if claim {
+		for {
+			res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: batch})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(res.Cancelled) == 0 {
+				break
+			}
+			done += len(res.Cancelled)
+		}
+	} else {
+		for lo := 0; lo < n; lo += batch {
+			res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: ids[lo:min(lo+batch, n)]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			done += len(res.Cancelled)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if done != n {
+		b.Fatalf("cancelled %d of %d", done, n)
+	}
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "orders/s")
+}

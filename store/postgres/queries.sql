@@ -1,0 +1,221 @@
+-- Queries of the PostgreSQL driver. Times are timestamptz with millisecond
+-- precision; "now" is always a parameter, read once per transaction from the
+-- configured clock or, without one, from the database (query db_now). Lists of
+-- ids are one array parameter (= ANY($n::text[]), unnest), so every statement
+-- is static text whatever the batch size.
+--
+-- Every state change is one conditional UPDATE; its RETURNING rows (or their
+-- absence) decide who won.
+
+-- name: db_now
+-- The database's clock, for a store configured without one: every instance
+-- then compares deadlines against this one clock.
+SELECT date_trunc('milliseconds', clock_timestamp());
+
+-- name: get_order
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders WHERE id = $1;
+
+-- name: get_orders
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders WHERE id = ANY($1::text[]);
+
+-- name: get_items
+SELECT order_id, sku, qty FROM order_items
+WHERE order_id = ANY($1::text[])
+ORDER BY order_id, sku;
+
+-- name: list_orders
+-- $1 status or '', ($2, $3) the (created_at, id) of the last row of the
+-- previous page ('infinity' for the first).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders
+WHERE ($1::text = '' OR status = $1::text) AND (created_at, id) < ($2::timestamptz, $3::text)
+ORDER BY created_at DESC, id DESC
+LIMIT $4;
+
+-- name: idempotency_claim
+-- Takes the key for this request. A concurrent request with the same key waits
+-- here until the first commits, then gets no row and replays its order.
+INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (key) DO NOTHING
+RETURNING key;
+
+-- name: idempotency_get
+SELECT request_hash, order_id FROM idempotency_keys WHERE key = $1;
+
+-- name: insert_order
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+VALUES ($1, 'PENDING', $2, $3, $4, $5, $6);
+
+-- name: insert_items
+-- $2 and $3 are the SKUs and quantities, position by position.
+INSERT INTO order_items (order_id, sku, qty)
+SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
+
+-- name: reserve_sku
+-- Reserve $1 units of SKU $2; no row changed means not enough stock (or no
+-- such SKU). The driver reserves an order's SKUs in sorted order, so two
+-- orders never wait for each other's rows in opposite orders.
+UPDATE skus SET available = available - $1, locked = locked + $1, updated_at = $3
+WHERE sku = $2 AND available >= $1;
+
+-- name: ledger_insert
+-- One ledger row per item of the orders in $1; the primary key
+-- (order_id, sku, action) refuses a second row of the same action.
+INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, $2, qty, $3 FROM order_items
+WHERE order_id = ANY($1::text[]);
+
+-- name: lock_skus
+-- Locks the SKU rows $1 in SKU order before the counter update below touches
+-- them in whatever order its plan produces: two transactions sharing SKUs then
+-- queue instead of deadlocking. The condition on skus alone keeps it an index
+-- scan however large the table.
+SELECT sku FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku FOR UPDATE;
+
+-- name: release_stock
+-- $1 SKUs, $2 the quantity of each that the orders being cancelled hold:
+-- locked units go back to available. skus.sku = ANY($1) gives the planner an
+-- index condition; joined to the unnest alone, it may scan every SKU.
+UPDATE skus SET locked = skus.locked - d.qty, available = skus.available + d.qty, updated_at = $3
+FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
+WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]);
+
+-- name: commit_stock
+-- $1 SKUs, $2 the quantity of each that the orders being paid hold: locked
+-- units become sold.
+UPDATE skus SET locked = skus.locked - d.qty, sold = skus.sold + d.qty, updated_at = $3
+FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
+WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]);
+
+-- name: insert_events
+-- One row per event, in the order given: $3, $4 and $5 are the event ids,
+-- order ids and JSON payloads, position by position.
+INSERT INTO outbox (event_id, type, order_id, payload, created_at)
+SELECT e.id::uuid, $1, e.order_id, e.payload::json, $2
+FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e (id, order_id, payload, n)
+ORDER BY e.n;
+
+-- name: start_payment
+UPDATE orders SET status = 'PAYING', version = version + 1
+WHERE id = $1 AND status = 'PENDING' AND expires_at > $2
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: mark_paid
+UPDATE orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
+WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: flag_refund
+UPDATE orders SET refund_required = true, payment_id = $2, version = version + 1
+WHERE id = $1 AND status = 'CANCELLED' AND NOT refund_required AND amount_cents = $3
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: fail_payment
+UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+WHERE id = $1 AND status = 'PAYING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: buyer_cancel
+UPDATE orders SET status = 'CANCELLED', cancelled_at = $2, cancel_reason = 'buyer', version = version + 1
+WHERE id = $1 AND status = 'PENDING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: cancel_due
+-- $1 now, $2 the ids of the batch, $3 true to leave orders with a failed
+-- payment attempt alone, $4 true when the gateway confirmed the trades closed
+-- (PAYING and attempted orders are cancelled too).
+UPDATE orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
+WHERE id = ANY($2::text[])
+  AND cancel_after <= $1
+  AND (status = 'PENDING' OR ($4::boolean AND status = 'PAYING'))
+  AND (NOT $3::boolean OR $4::boolean OR payment_attempts = 0)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: claim_due
+-- $1 now, $2 now - lag, $3 batch size, $4 true to leave attempted orders alone.
+-- The subquery walks orders_status_cancel_after from the oldest deadline and
+-- stops after $3 rows it could lock: rows another claimer holds are skipped,
+-- so concurrent claimers take disjoint batches without waiting. ARRAY(…)
+-- makes it an init plan run once, whose ids the UPDATE then finds through the
+-- primary key: written as id IN (…), a generic plan may hash-join it against
+-- a sequential scan of every PENDING order.
+UPDATE orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
+WHERE id = ANY (ARRAY(SELECT id FROM orders
+                      WHERE status = 'PENDING' AND cancel_after <= $2::timestamptz
+                        AND (NOT $4::boolean OR payment_attempts = 0)
+                      ORDER BY cancel_after
+                      LIMIT $3
+                      FOR UPDATE SKIP LOCKED))
+  AND status = 'PENDING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: payment_checks
+-- $1 now - lag, $2 limit. Both kinds of order are found through
+-- orders_status_cancel_after, one index range per status.
+SELECT id, cancel_after FROM orders
+WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= $1
+ORDER BY cancel_after
+LIMIT $2;
+
+-- name: next_deadline
+SELECT min(cancel_after) FROM orders WHERE status = 'PENDING';
+
+-- name: pending_deadlines
+-- The first condition on cancel_after alone lets the index bound the scan;
+-- the row comparison then breaks ties by id.
+SELECT id, cancel_after FROM orders
+WHERE status = 'PENDING' AND cancel_after >= $1::timestamptz AND (cancel_after, id) > ($1::timestamptz, $2::text)
+ORDER BY cancel_after, id
+LIMIT $3;
+
+-- name: count_stuck
+SELECT count(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= $1;
+
+-- name: set_stock
+INSERT INTO skus (sku, available, total, updated_at) VALUES ($1, $2, $2, $3)
+ON CONFLICT (sku) DO UPDATE SET
+    available = excluded.available,
+    total = excluded.available + skus.locked + skus.sold,
+    updated_at = excluded.updated_at
+RETURNING sku, available, locked, sold;
+
+-- name: get_sku
+SELECT sku, available, locked, sold FROM skus WHERE sku = $1;
+
+-- name: unpublished_events
+SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbox
+WHERE published_at IS NULL ORDER BY seq LIMIT $1;
+
+-- name: mark_published
+UPDATE outbox SET published_at = $1
+WHERE seq = ANY($2::bigint[]) AND published_at IS NULL;
+
+-- name: migrate_lock
+-- Serialises migrations of one schema: concurrent `lapse serve` starts queue
+-- here, and the lock ends with the transaction.
+SELECT pg_advisory_xact_lock(hashtext('lapse.migrate'), hashtext(COALESCE(current_schema(), '')));
+
+-- name: migrate_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrate_applied
+SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1);
+
+-- name: migrate_record
+INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
