@@ -32,6 +32,9 @@ type Notification struct {
 	PaymentID   string
 	Status      PaymentStatus
 	AmountCents int64
+	// CallbackID identifies the signed message (see store.PaymentParams): the
+	// same message again is a replay and changes nothing.
+	CallbackID string
 }
 
 // Notify applies a payment outcome.
@@ -48,7 +51,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 	if n.PaymentID == "" || len(n.PaymentID) > maxKeyLen {
 		return store.PaymentResult{}, invalid("payment_id", "want 1-%d characters", maxKeyLen)
 	}
-	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents}
+	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, CallbackID: n.CallbackID}
 	switch n.Status {
 	case PaymentSucceeded:
 		res, err := s.store.CompletePayment(ctx, p)

@@ -5,8 +5,10 @@
 package httpapi
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -256,13 +258,17 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The signed message's digest: a replay of it inside the signature's
+	// window is recognised by the store and changes nothing.
+	digest := sha256.Sum256(append([]byte(r.Header.Get(payment.SignatureHeader)+"\n"), body...))
+	n.CallbackID = hex.EncodeToString(digest[:])
 	res, err := s.svc.Notify(r.Context(), n)
 	if err != nil {
 		return err
 	}
 	result := map[store.PaymentOutcome]string{
 		store.OutcomeNoChange: "no_change", store.OutcomePaid: "paid",
-		store.OutcomeRefundRequired: "refund_required", store.OutcomeFailed: "failed",
+		store.OutcomeRefundRequired: "refund_required", store.OutcomeFailed: "failed", store.OutcomeReplayed: "replayed",
 	}[res.Outcome]
 	return writeJSON(w, http.StatusOK, map[string]any{"result": result, "order": res.Order})
 }

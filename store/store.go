@@ -162,7 +162,16 @@ type PaymentParams struct {
 	OrderID     string
 	PaymentID   string
 	AmountCents int64
+	// CallbackID identifies the callback message that reported it (a digest
+	// of its signature and body), empty when the outcome was learnt by a
+	// query. A second report with the same CallbackID is a replay: it changes
+	// nothing and returns OutcomeReplayed. Stores remember ids for an hour,
+	// longer than the signature's replay window.
+	CallbackID string
 }
+
+// CallbackMemory is how long stores remember callback ids.
+const CallbackMemory = time.Hour
 
 // PaymentOutcome says what a payment report did.
 type PaymentOutcome int
@@ -173,6 +182,7 @@ const (
 	OutcomePaid                                 // PENDING/PAYING → PAID
 	OutcomeRefundRequired                       // CANCELLED, now flagged for refund
 	OutcomeFailed                               // PAYING → PENDING
+	OutcomeReplayed                             // the same callback again: nothing done
 )
 
 // PaymentResult is the order after a payment report and what the report did.

@@ -400,6 +400,28 @@ func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error
 	return o, nil
 }
 
+// replayed records a callback id and reports whether it was seen before (the
+// transaction then changes nothing). It also purges ids past store.CallbackMemory.
+func (s *Store) replayed(ctx context.Context, tx *sql.Tx, now time.Time, p store.PaymentParams) (bool, error) {
+	if p.CallbackID == "" {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, q.Get("callback_purge"), now.Add(-store.CallbackMemory)); err != nil {
+		return false, fmt.Errorf("purge callback ids: %w", err)
+	}
+	n, err := affected(ctx, tx, q.Get("callback_seen"), p.CallbackID, p.OrderID, now)
+	if err != nil {
+		return false, fmt.Errorf("record callback id: %w", err)
+	}
+	return n == 0, nil
+}
+
+// replay answers a replayed callback with the order as it is.
+func replay(ctx context.Context, tx *sql.Tx, p store.PaymentParams) (store.PaymentResult, error) {
+	o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+}
+
 // CompletePayment implements store.Orders.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
@@ -407,6 +429,12 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		res = store.PaymentResult{}
 		now, err := s.now(ctx, tx)
 		if err != nil {
+			return err
+		}
+		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
+			if err == nil {
+				res, err = replay(ctx, tx, p)
+			}
 			return err
 		}
 		n, err := affected(ctx, tx, q.Get("mark_paid"), now, p.PaymentID, p.OrderID, p.AmountCents)
@@ -457,6 +485,19 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res = store.PaymentResult{}
+		if p.CallbackID != "" {
+			now, err := s.now(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
+				if err == nil {
+					res, err = replay(ctx, tx, p)
+				}
+				return err
+			}
+		}
 		n, err := affected(ctx, tx, q.Get("fail_payment"), p.OrderID)
 		if err != nil {
 			return err

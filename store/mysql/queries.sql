@@ -121,6 +121,14 @@ INSERT INTO outbox (event_id, type, order_id, payload, created_at) VALUES /*each
 UPDATE orders SET status = 'PAYING', version = version + 1
 WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
 
+-- name: callback_seen
+-- Remember a callback; no row inserted means it was applied before. The
+-- table has no constraint but its primary key, so IGNORE only skips the duplicate.
+INSERT IGNORE INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?, ?, ?);
+
+-- name: callback_purge
+DELETE FROM payment_callbacks WHERE seen_at < ? LIMIT 1000;
+
 -- name: mark_paid
 -- Params: now, payment id, order id, amount.
 UPDATE orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1

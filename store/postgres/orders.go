@@ -340,6 +340,28 @@ func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error
 	return o, nil
 }
 
+// replayed records a callback id and reports whether it was seen before (the
+// transaction then changes nothing). It also purges ids past store.CallbackMemory.
+func (s *Store) replayed(ctx context.Context, tx pgx.Tx, now time.Time, p store.PaymentParams) (bool, error) {
+	if p.CallbackID == "" {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, q.Get("callback_purge"), now.Add(-store.CallbackMemory)); err != nil {
+		return false, fmt.Errorf("purge callback ids: %w", err)
+	}
+	tag, err := tx.Exec(ctx, q.Get("callback_seen"), p.CallbackID, p.OrderID, now)
+	if err != nil {
+		return false, fmt.Errorf("record callback id: %w", err)
+	}
+	return tag.RowsAffected() == 0, nil
+}
+
+// replay answers a replayed callback with the order as it is.
+func replay(ctx context.Context, tx pgx.Tx, p store.PaymentParams) (store.PaymentResult, error) {
+	o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+}
+
 // CompletePayment implements store.Orders.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
@@ -347,6 +369,12 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		res = store.PaymentResult{}
 		now, err := s.now(ctx, tx)
 		if err != nil {
+			return err
+		}
+		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
+			if err == nil {
+				res, err = replay(ctx, tx, p)
+			}
 			return err
 		}
 		o, err := queryOrder(ctx, tx, q.Get("mark_paid"), p.OrderID, now, p.PaymentID, p.AmountCents)
@@ -382,6 +410,19 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.tx(ctx, func(tx pgx.Tx) error {
+		res = store.PaymentResult{}
+		if p.CallbackID != "" {
+			now, err := s.now(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
+				if err == nil {
+					res, err = replay(ctx, tx, p)
+				}
+				return err
+			}
+		}
 		o, err := queryOrder(ctx, tx, q.Get("fail_payment"), p.OrderID)
 		if err == nil {
 			res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}

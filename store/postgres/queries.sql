@@ -106,6 +106,14 @@ WHERE id = $1 AND status = 'PENDING' AND expires_at > $2
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
+-- name: callback_seen
+-- Remember a callback; no row inserted means it was applied before.
+INSERT INTO payment_callbacks (callback_id, order_id, seen_at) VALUES ($1, $2, $3)
+ON CONFLICT (callback_id) DO NOTHING;
+
+-- name: callback_purge
+DELETE FROM payment_callbacks WHERE seen_at < $1;
+
 -- name: mark_paid
 UPDATE orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
 WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4

@@ -323,11 +323,35 @@ func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error
 	return o, nil
 }
 
+// replayed records a callback id and reports whether it was seen before (the
+// transaction then changes nothing). It also purges ids past store.CallbackMemory.
+func (s *Store) replayed(ctx context.Context, tx *sql.Tx, now time.Time, p store.PaymentParams) (bool, error) {
+	if p.CallbackID == "" {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, q.Get("callback_purge"), ms(now.Add(-store.CallbackMemory))); err != nil {
+		return false, fmt.Errorf("purge callback ids: %w", err)
+	}
+	r, err := tx.ExecContext(ctx, q.Get("callback_seen"), p.CallbackID, p.OrderID, ms(now))
+	if err != nil {
+		return false, fmt.Errorf("record callback id: %w", err)
+	}
+	n, err := r.RowsAffected()
+	return n == 0, err
+}
+
 // CompletePayment implements store.Orders.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now := s.clock.Now()
+		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
+			if err == nil {
+				res.Outcome = store.OutcomeReplayed
+				res.Order, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+			}
+			return err
+		}
 		o, err := queryOrder(ctx, tx, q.Get("mark_paid"), p.OrderID, ms(now), p.PaymentID, p.AmountCents)
 		if err == nil {
 			res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
@@ -365,6 +389,13 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if seen, err := s.replayed(ctx, tx, s.clock.Now(), p); err != nil || seen {
+			if err == nil {
+				res.Outcome = store.OutcomeReplayed
+				res.Order, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+			}
+			return err
+		}
 		o, err := queryOrder(ctx, tx, q.Get("fail_payment"), p.OrderID)
 		if err == nil {
 			res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}

@@ -76,6 +76,14 @@ INSERT INTO outbox (event_id, type, order_id, payload, created_at)
 SELECT value ->> 'id', value ->> 'type', value ->> 'order_id', value ->> 'payload', ?1
 FROM json_each(?2);
 
+-- name: callback_seen
+-- Remember a callback; no row inserted means it was applied before.
+INSERT INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (callback_id) DO NOTHING;
+
+-- name: callback_purge
+DELETE FROM payment_callbacks WHERE seen_at < ?1;
+
 -- name: start_payment
 UPDATE orders SET status = 'PAYING', version = version + 1
 WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?2

@@ -49,6 +49,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("concurrent claimers never take the same order", func(t *testing.T) { testConcurrentClaim(t, newStore) })
 	t.Run("a confirmed cancel takes PAYING orders, only when due", func(t *testing.T) { testConfirmedCancel(t, newStore) })
 	t.Run("payment checks list PAYING and attempted orders past their deadline", func(t *testing.T) { testPaymentChecks(t, newStore) })
+	t.Run("a replayed callback changes nothing", func(t *testing.T) { testReplayedCallback(t, newStore) })
 	t.Run("stock is released and committed at most once", func(t *testing.T) { testStockOnce(t, newStore) })
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
 	t.Run("list pages through every order once", func(t *testing.T) { testList(t, newStore) })
@@ -1015,4 +1016,54 @@ func testPaymentChecks(t *testing.T, newStore Factory) {
 	if got, _ := s.PaymentChecks(ctx, 9*time.Second, 10); len(got) != 1 {
 		t.Fatalf("lag 9s: %+v, want only pc-paying (due 10s ago)", got)
 	}
+}
+
+// A FAILED callback replayed after the buyer started paying again must not
+// send the order back to PENDING: the store remembers callback ids.
+func testReplayedCallback(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 10, "a")
+	Create(t, s, "rp", "a")
+	into(t, s, "rp", order.Paying)
+	fail := store.PaymentParams{OrderID: "rp", PaymentID: "p1", CallbackID: "cb-fail-1"}
+	res, err := s.FailPayment(ctx, fail)
+	if err != nil || res.Outcome != store.OutcomeFailed {
+		t.Fatalf("first failure: %+v %v", res, err)
+	}
+	if _, err := s.StartPayment(ctx, "rp"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.FailPayment(ctx, fail)
+	if err != nil || res.Outcome != store.OutcomeReplayed || res.Order.Status != order.Paying || res.Order.PaymentAttempts != 1 {
+		t.Fatalf("replayed failure: %+v %v", res, err)
+	}
+	// A different failure message (a second attempt that failed) still applies.
+	res, err = s.FailPayment(ctx, store.PaymentParams{OrderID: "rp", PaymentID: "p1", CallbackID: "cb-fail-2"})
+	if err != nil || res.Outcome != store.OutcomeFailed || res.Order.PaymentAttempts != 2 {
+		t.Fatalf("second failure: %+v %v", res, err)
+	}
+	if _, err := s.StartPayment(ctx, "rp"); err != nil {
+		t.Fatal(err)
+	}
+	ok := store.PaymentParams{OrderID: "rp", PaymentID: "p2", AmountCents: 1000, CallbackID: "cb-ok"}
+	if res, err := s.CompletePayment(ctx, ok); err != nil || res.Outcome != store.OutcomePaid {
+		t.Fatalf("success: %+v %v", res, err)
+	}
+	if res, err := s.CompletePayment(ctx, ok); err != nil || res.Outcome != store.OutcomeReplayed || res.Order.Status != order.Paid {
+		t.Fatalf("replayed success: %+v %v", res, err)
+	}
+	// An unknown order's callback is refused and not remembered.
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "ghost", CallbackID: "cb-ghost"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown order: %v", err)
+	}
+	// Ids are forgotten after store.CallbackMemory.
+	clk.Advance(store.CallbackMemory + time.Minute)
+	Create(t, s, "rp2", "a")
+	into(t, s, "rp2", order.Paying)
+	if res, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "rp2", CallbackID: "cb-fail-1"}); err != nil || res.Outcome != store.OutcomeFailed {
+		t.Fatalf("an id older than the memory: %+v %v", res, err)
+	}
+	AuditOK(t, s)
 }
