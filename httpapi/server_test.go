@@ -61,6 +61,7 @@ type env struct {
 	token  string
 	secret []byte // the secret notifySigned signs with
 	signed atomic.Int64
+	base   time.Time // signing timestamps count back from it, one second per message
 }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -113,7 +114,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard,
 	}))
 	t.Cleanup(srv.Close)
-	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken}
+	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now()}
 	if len(secrets) > 0 {
 		e.secret = secrets[0]
 	}
@@ -424,7 +425,7 @@ func (e *env) notifySigned(t *testing.T, n notifyReq) response {
 	}
 	// Each call is a new message, as a gateway's retry is: a distinct
 	// timestamp (inside the tolerance), so it is not taken for a replay.
-	at := time.Now().Add(-time.Duration(e.signed.Add(1)%240) * time.Second)
+	at := e.base.Add(-time.Duration(e.signed.Add(1)%240) * time.Second)
 	return e.notify(t, body, payment.Sign(e.secret, at, body))
 }
 
