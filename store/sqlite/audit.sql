@@ -36,8 +36,8 @@ WHERE r.order_id IS NULL
    OR (o.status IN ('PENDING', 'PAYING') AND (rl.order_id IS NOT NULL OR c.order_id IS NOT NULL));
 
 -- name: paid_xor_cancelled
-SELECT 'order ' || id || ' (' || status || '): paid_at ' || COALESCE(paid_at, '-') || ', cancelled_at '
-       || COALESCE(cancelled_at, '-') AS detail
+SELECT 'order ' || id || ' (' || status || '): paid_at ' || COALESCE(strftime('%Y-%m-%dT%H:%M:%fZ', paid_at / 1000.0, 'unixepoch'), '-') || ', cancelled_at '
+       || COALESCE(strftime('%Y-%m-%dT%H:%M:%fZ', cancelled_at / 1000.0, 'unixepoch'), '-') AS detail
 FROM orders
 WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
    OR (status = 'PAID' AND paid_at IS NULL)
@@ -45,7 +45,7 @@ WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
    OR (status IN ('PENDING', 'PAYING') AND (paid_at IS NOT NULL OR cancelled_at IS NOT NULL));
 
 -- name: timeout_not_early
-SELECT 'order ' || id || ': cancelled for timeout at ' || cancelled_at || ' before cancel_after ' || cancel_after AS detail
+SELECT 'order ' || id || ': cancelled for timeout at ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancelled_at / 1000.0, 'unixepoch') || ' before cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') AS detail
 FROM orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
 -- name: refund_only_when_cancelled
@@ -69,11 +69,11 @@ WHERE COALESCE(e.created, 0) != 1
    OR COALESCE(e.refund, 0) != (o.refund_required != 0);
 
 -- name: pending_past_deadline
-SELECT 'order ' || id || ': PENDING, cancel_after ' || cancel_after || ' is ' || (?1 - cancel_after)
+SELECT 'order ' || id || ': PENDING, cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - cancel_after)
        || ' ms ago' AS detail
 FROM orders WHERE status = 'PENDING' AND cancel_after + ?2 < ?1;
 
 -- name: warn_paying_past_deadline
-SELECT 'order ' || id || ': PAYING, cancel_after ' || cancel_after || ' is ' || (?1 - cancel_after)
+SELECT 'order ' || id || ': PAYING, cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - cancel_after)
        || ' ms ago; waiting for the payment outcome' AS detail
 FROM orders WHERE status = 'PAYING' AND cancel_after <= ?1;
