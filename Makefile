@@ -4,7 +4,11 @@
 # A suite whose variable is empty is skipped (CI fails on any skip).
 LAPSE_TEST_POSTGRES ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 LAPSE_TEST_MYSQL    ?= mysql://root@127.0.0.1:3306/test
-export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL
+LAPSE_TEST_REDIS    ?= redis://127.0.0.1:6379/0
+# The Redis Cluster suite needs a cluster: `bash scripts/redis-cluster.sh start /tmp/lapse-redis-cluster`
+# (what .ci/run does), then LAPSE_TEST_REDIS_CLUSTER=redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+LAPSE_TEST_REDIS_CLUSTER ?=
+export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CLUSTER
 
 GOTESTFLAGS ?=
 
@@ -16,7 +20,7 @@ test:
 
 ## test-unit: only what needs no server (SQLite and in-process timers)
 test-unit:
-	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= go test -race -count=1 $(GOTESTFLAGS) ./...
+	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= go test -race -count=1 $(GOTESTFLAGS) ./...
 
 build:
 	go build -o bin/lapse ./cmd/lapse

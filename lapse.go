@@ -277,9 +277,19 @@ func (s *Service) seed(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("lapse: seed timers: %w", err)
 		}
-		for _, d := range page {
-			if err := s.timers.Schedule(ctx, d.OrderID, d.CancelAfter); err != nil {
-				return fmt.Errorf("lapse: seed timer of %s: %w", d.OrderID, err)
+		if bs, ok := s.timers.(timer.BatchScheduler); ok {
+			ts := make([]timer.Timer, len(page))
+			for i, d := range page {
+				ts[i] = timer.Timer{Key: d.OrderID, Due: d.CancelAfter}
+			}
+			if err := bs.ScheduleMany(ctx, ts); err != nil {
+				return fmt.Errorf("lapse: seed %d timers: %w", len(ts), err)
+			}
+		} else {
+			for _, d := range page {
+				if err := s.timers.Schedule(ctx, d.OrderID, d.CancelAfter); err != nil {
+					return fmt.Errorf("lapse: seed timer of %s: %w", d.OrderID, err)
+				}
 			}
 		}
 		n += len(page)

@@ -67,3 +67,9 @@ func Backoff(attempt int) time.Duration {
 type Seeder interface {
 	SetSeed(seed func(ctx context.Context) error)
 }
+
+// BatchScheduler is implemented by schedulers that set many timers in one
+// round trip; lapse uses it when seeding a scheduler from the store.
+type BatchScheduler interface {
+	ScheduleMany(ctx context.Context, timers []Timer) error
+}

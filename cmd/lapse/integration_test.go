@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lapsehq/lapse/store/mysql"
 )
@@ -96,9 +97,12 @@ func mysqlURL(t *testing.T) string {
 
 func TestServeEndToEndOnPostgres(t *testing.T) {
 	t.Parallel()
-	for _, timers := range []string{"sql", "memory"} {
+	for _, timers := range []string{"sql", "memory", "redis"} {
 		t.Run(timers, func(t *testing.T) {
 			t.Parallel()
+			if timers == "redis" {
+				timers = redisURL(t, 10)
+			}
 			endToEnd(t, postgresURL(t), timers)
 		})
 	}
@@ -133,21 +137,7 @@ func TestThreeInstancesOnePostgresOneKilled(t *testing.T) {
 	const orders = 300
 	// Deadlines spread over 3 s starting 3 s from now, orders placed through all three.
 	first := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
-	for w := range 3 {
-		wg.Go(func() {
-			for i := w; i < orders; i += 3 {
-				due := first.Add(time.Duration(i) * 3 * time.Second / orders)
-				secs := time.Until(due).Seconds()
-				if secs < 0.05 {
-					t.Errorf("order %d placed after its deadline: the test machine is too slow", i)
-					return
-				}
-				servers[w].call("POST", "/v1/orders", fmt.Sprintf(`{"id":"k-%03d","items":[{"sku":"hot","qty":1}],"amount_cents":100,"timeout_seconds":%.3f}`, i, secs), 201)
-			}
-		})
-	}
-	wg.Wait()
+	placeOrders(t, servers, "k", orders, first, 3*time.Second)
 	if t.Failed() {
 		return
 	}
@@ -157,37 +147,179 @@ func TestThreeInstancesOnePostgresOneKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-killed.done
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		page := servers[0].call("GET", "/v1/orders?status=PENDING&limit=1", "", 200)
-		if len(page["orders"].([]any)) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("orders still PENDING 30s after the last deadline: %v", page)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancelled := 0
-	cursor := ""
-	for {
-		page := servers[2].call("GET", "/v1/orders?status=CANCELLED&limit=500&cursor="+cursor, "", 200)
-		for _, o := range page["orders"].([]any) {
-			if o.(map[string]any)["cancel_reason"] == "timeout" {
-				cancelled++
-			}
-		}
-		if cursor = page["next_cursor"].(string); cursor == "" {
-			break
-		}
-	}
-	if cancelled != orders {
-		t.Fatalf("%d orders cancelled for timeout, want %d", cancelled, orders)
+	if late := settled(t, servers[2], 30*time.Second); len(late) != orders {
+		t.Fatalf("%d orders cancelled for timeout, want %d", len(late), orders)
 	}
 	servers[0].stop()
 	servers[2].stop()
 	out, code := lapseCmd(t, nil, "audit", "--store", storeURL)
 	if code != 0 || !strings.Contains(out, "every invariant holds") {
+		t.Fatalf("audit exit %d:\n%s", code, out)
+	}
+}
+
+// redisURL returns LAPSE_TEST_REDIS pointed at database db, flushed first:
+// each end-to-end test of the redis timers has a database of its own (the
+// package tests use database 0 with a key prefix per test).
+func redisURL(t *testing.T, db int) string {
+	t.Helper()
+	base := os.Getenv("LAPSE_TEST_REDIS")
+	if base == "" {
+		t.Skip("set LAPSE_TEST_REDIS=redis://… to run")
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = fmt.Sprintf("/%d", db)
+	flushRedis(t, u.String())
+	return u.String()
+}
+
+func flushRedis(t *testing.T, u string) {
+	t.Helper()
+	opt, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(opt)
+	defer c.Close()
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("FLUSHDB %s: %v", u, err)
+	}
+}
+
+// placeOrders creates n orders through the servers in turn, with deadlines
+// spread evenly over spread starting at first; it returns the last deadline.
+func placeOrders(t *testing.T, servers []*server, prefix string, n int, first time.Time, spread time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range servers {
+		wg.Go(func() {
+			for i := w; i < n; i += len(servers) {
+				due := first.Add(time.Duration(i) * spread / time.Duration(n))
+				secs := time.Until(due).Seconds()
+				if secs < 0.05 {
+					t.Errorf("order %d placed after its deadline: the test machine is too slow", i)
+					return
+				}
+				servers[w].call("POST", "/v1/orders", fmt.Sprintf(`{"id":"%s-%03d","items":[{"sku":"hot","qty":1}],"amount_cents":100,"timeout_seconds":%.3f}`, prefix, i, secs), 201)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// settled waits until no order is PENDING, then returns every timeout-cancelled
+// order's lateness (cancelled_at − cancel_after).
+func settled(t *testing.T, s *server, within time.Duration) []time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		page := s.call("GET", "/v1/orders?status=PENDING&limit=1", "", 200)
+		if len(page["orders"].([]any)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orders still PENDING after %s: %v", within, page)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var late []time.Duration
+	cursor := ""
+	for {
+		page := s.call("GET", "/v1/orders?status=CANCELLED&limit=500&cursor="+cursor, "", 200)
+		for _, raw := range page["orders"].([]any) {
+			o := raw.(map[string]any)
+			if o["cancel_reason"] != "timeout" {
+				continue
+			}
+			ca, _ := time.Parse(time.RFC3339Nano, o["cancelled_at"].(string))
+			due, _ := time.Parse(time.RFC3339Nano, o["cancel_after"].(string))
+			late = append(late, ca.Sub(due))
+		}
+		if cursor = page["next_cursor"].(string); cursor == "" {
+			return late
+		}
+	}
+}
+
+// Two `lapse serve --timers redis://…` on one PostgreSQL and one Redis, one
+// SIGKILLed mid-flight, the fallback sweep off (only Redis timers can cancel):
+// every order is cancelled exactly once, the killed instance's claimed
+// timers come back after their lease, and the audit passes.
+func TestTwoInstancesOnRedisOneKilled(t *testing.T) {
+	t.Parallel()
+	storeURL, timers := postgresURL(t), redisURL(t, 8)
+	if out, code := lapseCmd(t, nil, "migrate", "--store", storeURL); code != 0 {
+		t.Fatalf("migrate: %s", out)
+	}
+	var servers []*server
+	for range 2 {
+		servers = append(servers, startServe(t, nil, "--store", storeURL, "--timers", timers, "--grace", "0s",
+			"--sweep-interval", "0", "--no-migrate"))
+	}
+	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	const orders = 300
+	first := time.Now().Add(3 * time.Second)
+	placeOrders(t, servers, "r", orders, first, 3*time.Second)
+	if t.Failed() {
+		return
+	}
+	time.Sleep(time.Until(first.Add(1500 * time.Millisecond)))
+	if err := servers[1].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-servers[1].done
+	late := settled(t, servers[0], 40*time.Second)
+	if len(late) != orders {
+		t.Fatalf("%d orders cancelled for timeout, want %d", len(late), orders)
+	}
+	for _, l := range late {
+		if l < 0 {
+			t.Fatalf("an order was cancelled %s before its deadline", -l)
+		}
+	}
+	servers[0].stop()
+	out, code := lapseCmd(t, nil, "audit", "--store", storeURL)
+	if code != 0 || !strings.Contains(out, "every invariant holds") {
+		t.Fatalf("audit exit %d:\n%s", code, out)
+	}
+}
+
+// Redis loses its data (FLUSHDB) while deadlines fire, with the fallback sweep
+// off: lapse notices, rebuilds the timers from the orders table, and every
+// order is still cancelled within a few seconds of its deadline.
+func TestRedisDataLossUnderLoad(t *testing.T) {
+	t.Parallel()
+	storeURL, timers := postgresURL(t), redisURL(t, 9)
+	s := startServe(t, nil, "--store", storeURL, "--timers", timers, "--grace", "0s", "--sweep-interval", "0")
+	s.call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	const orders = 300
+	first := time.Now().Add(2 * time.Second)
+	placeOrders(t, []*server{s}, "f", orders, first, 4*time.Second)
+	if t.Failed() {
+		return
+	}
+	time.Sleep(time.Until(first.Add(time.Second)))
+	flushRedis(t, timers)
+	late := settled(t, s, 30*time.Second)
+	if len(late) != orders {
+		t.Fatalf("%d orders cancelled, want %d", len(late), orders)
+	}
+	var worst time.Duration
+	for _, l := range late {
+		if l < 0 {
+			t.Fatalf("an order was cancelled %s before its deadline", -l)
+		}
+		worst = max(worst, l)
+	}
+	t.Logf("worst lateness across the data loss: %s", worst)
+	if worst > 5*time.Second {
+		t.Fatalf("worst lateness %s: the rebuild took too long", worst)
+	}
+	s.stop()
+	if out, code := lapseCmd(t, nil, "audit", "--store", storeURL); code != 0 {
 		t.Fatalf("audit exit %d:\n%s", code, out)
 	}
 }

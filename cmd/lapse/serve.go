@@ -18,7 +18,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
-	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap) or sql (the orders table, claimed with SKIP LOCKED)")
+	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,h3:7002")
 	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
 	sweepLag := fs.Duration("sweep-lag", 10*time.Second, "how overdue an order must be before the fallback sweep takes it")
 	grace := fs.Duration("grace", 60*time.Second, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
@@ -52,9 +52,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *sweepInterval == 0 {
 		cfg.SweepInterval = -1
 	}
-	if err := setTimers(&cfg, *timers); err != nil {
+	closeTimers, err := openTimers(&cfg, *timers)
+	if err != nil {
 		return err
 	}
+	defer closeTimers()
 	if g, err := gw.open(logger); err != nil {
 		return err
 	} else if g != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/timer/memory"
+	"github.com/lapsehq/lapse/timer/redis"
 )
 
 // openStore opens the store a URL names; it does not migrate.
@@ -32,17 +33,39 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	}
 }
 
-// setTimers configures the timer backend a --timers value names.
+// setTimers configures the timer backend a --timers value names, for a
+// short-lived command that lets the process exit release its connections.
 func setTimers(cfg *lapse.Config, spec string) error {
-	switch spec {
-	case "memory":
+	_, err := openTimers(cfg, spec)
+	return err
+}
+
+// openTimers configures the timer backend a --timers value names. The
+// returned close releases its connections (a no-op for in-process timers).
+func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
+	nop := func() error { return nil }
+	scheme, _, _ := strings.Cut(spec, "://")
+	switch {
+	case spec == "memory":
 		cfg.Scheduler = memory.New(memory.Config{})
-	case "sql":
+	case spec == "sql":
 		cfg.PollStore = true
+	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
+		client, err := redis.ParseURL(spec)
+		if err != nil {
+			return nop, fmt.Errorf("--timers: %w", err)
+		}
+		s, err := redis.New(client, redis.Config{Logger: cfg.Logger})
+		if err != nil {
+			client.Close()
+			return nop, fmt.Errorf("--timers: %w", err)
+		}
+		cfg.Scheduler = s
+		return client.Close, nil
 	default:
-		return fmt.Errorf("--timers %q: unsupported (want memory or sql)", spec)
+		return nop, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redactURL(spec))
 	}
-	return nil
+	return nop, nil
 }
 
 // redactURL hides a password in a store URL for logs.

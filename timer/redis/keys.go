@@ -1,0 +1,63 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+)
+
+// keys names every Redis key of a scheduler; no other code builds one.
+//
+// Per shard NN (00 to Shards-1), all on the Cluster slot of the hash tag {sNN}
+// so that one script can touch them together:
+//
+//	<prefix>:{sNN}:due     ZSet  timer key -> Unix ms to deliver at (rounded up)
+//	<prefix>:{sNN}:lease   ZSet  timer key -> lease deadline, Unix ms
+//	<prefix>:{sNN}:meta    Hash  timer key -> "<attempts>:<original due ms>:<claim id>",
+//	                             only for timers in flight or waiting to be redelivered
+//	<prefix>:{sNN}:seeded  String "ok" once a complete seed from the store covered the shard
+//
+// and, on a slot of its own:
+//
+//	<prefix>:seedlock      String the token of the instance seeding, with a TTL
+type keys struct {
+	prefix   string
+	shards   []shardKeys
+	seedLock string
+}
+
+// shardKeys are the keys of one shard.
+type shardKeys struct {
+	due, lease, meta, seeded string
+}
+
+func newKeys(prefix string, shards int) keys {
+	k := keys{prefix: prefix, shards: make([]shardKeys, shards), seedLock: prefix + ":seedlock"}
+	for i := range k.shards {
+		tag := fmt.Sprintf("%s:{s%02d}", prefix, i)
+		k.shards[i] = shardKeys{due: tag + ":due", lease: tag + ":lease", meta: tag + ":meta", seeded: tag + ":seeded"}
+	}
+	return k
+}
+
+// shard is the shard of a timer key: FNV-1a (32 bit) of the key modulo the
+// number of shards. Every instance on a prefix must agree on it, so it never
+// changes.
+func (k keys) shard(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(len(k.shards)))
+}
+
+// validPrefix reports what is wrong with a key prefix, or "".
+func validPrefix(p string) string {
+	switch {
+	case p == "":
+		return "must not be empty"
+	case strings.ContainsAny(p, "{}"):
+		return "must not contain '{' or '}': the shard's hash tag must be the first in its keys"
+	}
+	return ""
+}

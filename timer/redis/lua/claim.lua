@@ -1,0 +1,52 @@
+-- claim.lua: the atomic grab of one shard's due timers. Two consumers can
+-- never both take a timer: the script moves it from due to lease in one step.
+--
+-- KEYS[1] -> <prefix>:{sNN}:due    ZSet: timer key -> Unix ms to deliver at
+-- KEYS[2] -> <prefix>:{sNN}:lease  ZSet: timer key -> lease deadline, Unix ms
+-- KEYS[3] -> <prefix>:{sNN}:meta   Hash: timer key -> "<attempts>:<due ms>:<claim id>"
+-- ARGV[1] -> now, Unix ms (floored): a timer is due when its score <= now
+-- ARGV[2] -> the lease deadline of this claim, Unix ms
+-- ARGV[3] -> the most timers to take (the batch size, at most 1000)
+-- ARGV[4] -> the claim id, unique to this claim (no ':')
+--
+-- Returns {next, key1, attempt1, due1, key2, attempt2, due2, ...}: the timers
+-- taken, earliest first, now in lease until the deadline, each with its
+-- delivery count (this one included) and its original due time (Unix ms, the
+-- first schedule's, kept in meta across redeliveries); next is the score of
+-- the earliest timer left in due, or '' when due is empty. meta holds the
+-- claim id, which acknowledging, requeueing and extending must present.
+local taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {''}
+if #taken > 0 then
+  local keys = {}
+  for i = 1, #taken, 2 do
+    keys[#keys + 1] = taken[i]
+  end
+  local metas = redis.call('HMGET', KEYS[3], unpack(keys))
+  local leases, newmeta = {}, {}
+  for i, key in ipairs(keys) do
+    local attempts, due = 0, taken[2 * i]
+    if metas[i] then -- a redelivery: failed, or recovered from an expired lease
+      local a, d = string.match(metas[i], '^(%d+):([^:]+):')
+      if a then
+        attempts, due = tonumber(a), d
+      end
+    end
+    attempts = attempts + 1
+    leases[#leases + 1] = ARGV[2]
+    leases[#leases + 1] = key
+    newmeta[#newmeta + 1] = key
+    newmeta[#newmeta + 1] = attempts .. ':' .. due .. ':' .. ARGV[4]
+    out[#out + 1] = key
+    out[#out + 1] = attempts
+    out[#out + 1] = due
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #keys - 1) -- the taken ones are the first by rank
+  redis.call('ZADD', KEYS[2], unpack(leases))
+  redis.call('HSET', KEYS[3], unpack(newmeta))
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first > 0 then
+  out[1] = first[2]
+end
+return out

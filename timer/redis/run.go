@@ -1,0 +1,311 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lapsehq/lapse/timer"
+)
+
+// recoverLimit bounds one recover script call.
+const recoverLimit = 1000
+
+// Run implements timer.Scheduler: Config.Workers workers claim and deliver due
+// timers, and a watcher reseeds Redis when it lost its data, until ctx ends.
+// Then Run finishes the batches in hand (their handlers get a context that
+// is not cancelled with ctx), acknowledges or requeues them, and returns
+// ctx's error. Redis errors are logged and retried; they do not end Run.
+func (s *Scheduler) Run(ctx context.Context, h timer.Handler) error {
+	if !s.run.TryLock() {
+		return errors.New("redis: Run is already running")
+	}
+	defer s.run.Unlock()
+	for i := range s.plans {
+		s.plans[i].Store(0) // know nothing yet: look at every shard
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.watch(ctx) })
+	for w := range s.cfg.Workers {
+		wg.Go(func() { s.work(ctx, w, h) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// work is worker w's loop over the shards it owns.
+func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
+	var mine []int
+	for sh := w; sh < len(s.plans); sh += s.cfg.Workers {
+		mine = append(mine, sh)
+	}
+	sleep := time.NewTimer(time.Hour)
+	defer sleep.Stop()
+	var lastScan, nextRecover time.Time
+	failing := false // the last Redis call failed (logged once until one succeeds)
+	report := func(what string, sh int, err error) {
+		if err == nil {
+			if failing {
+				s.log.Info("redis timers: Redis answers again", "worker", w)
+			}
+			failing = false
+			return
+		}
+		if !failing && ctx.Err() == nil {
+			s.log.Error("redis timers: "+what+" failed; retrying", "worker", w, "shard", sh, "err", err)
+		}
+		failing = true
+	}
+	for ctx.Err() == nil {
+		now := time.Now()
+		if !now.Before(nextRecover) {
+			for _, sh := range mine {
+				report("recover expired leases", sh, s.recover(ctx, sh))
+			}
+			nextRecover = now.Add(s.cfg.Lease / 2)
+		}
+		// Every MaxSleep, look at every shard: timers set by other instances
+		// are not in the plans.
+		if now.Sub(lastScan) >= s.cfg.MaxSleep {
+			lastScan = now
+			report("look at the shards", mine[0], s.peek(ctx, mine))
+		}
+		worked := false
+		for _, sh := range mine {
+			if ctx.Err() != nil {
+				break
+			}
+			if s.plans[sh].Load() > time.Now().UnixMilli() {
+				continue
+			}
+			c, err := s.claim(ctx, sh, time.Now())
+			report("claim", sh, err)
+			if err != nil {
+				s.lower(sh, time.Now().Add(s.cfg.MaxSleep).UnixMilli(), false)
+				continue
+			}
+			if len(c.timers) > 0 {
+				s.deliver(ctx, c, h)
+				worked = true
+			}
+		}
+		if worked {
+			continue // round robin over the shards while timers are due
+		}
+		wake := lastScan.Add(s.cfg.MaxSleep)
+		if nextRecover.Before(wake) {
+			wake = nextRecover
+		}
+		for _, sh := range mine {
+			if p := s.plans[sh].Load(); p < wake.UnixMilli() {
+				wake = time.UnixMilli(p)
+			}
+		}
+		d := time.Until(wake)
+		if d <= 0 {
+			continue
+		}
+		sleep.Reset(d)
+		select {
+		case <-ctx.Done():
+		case <-s.wake[w]:
+		case <-sleep.C:
+		}
+		sleep.Stop()
+	}
+}
+
+// peek sets the plans of shards to their earliest due timer, read in one
+// round trip (per Cluster node). On an error the plans are left as they were.
+func (s *Scheduler) peek(ctx context.Context, shards []int) error {
+	cmds := make([]*goredis.ZSliceCmd, len(shards))
+	old := make([]int64, len(shards))
+	for i, sh := range shards {
+		// As in claim: a Schedule from here on lowers the plan again.
+		old[i] = s.plans[sh].Swap(math.MaxInt64)
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, sh := range shards {
+			cmds[i] = p.ZRangeWithScores(ctx, s.keys.shards[sh].due, 0, 0)
+		}
+		return nil
+	})
+	for i, sh := range shards {
+		if err != nil {
+			s.lower(sh, old[i], false)
+			continue
+		}
+		if first := cmds[i].Val(); len(first) > 0 {
+			s.lower(sh, int64(first[0].Score), false)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("peek at shards %v: %w", shards, err)
+	}
+	return nil
+}
+
+// claimed is one claimed batch.
+type claimed struct {
+	shard  int
+	id     string
+	timers []timer.Timer
+}
+
+// claim runs the claim script on shard sh at now and sets the shard's plan to
+// the earliest timer left.
+func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time) (claimed, error) {
+	k := s.keys.shards[sh]
+	c := claimed{shard: sh, id: fmt.Sprintf("%s-%x", s.id, s.claims.Add(1))}
+	// From here on, a Schedule lowers the plan again; the script's answer
+	// only lowers it too, so a timer set while the script runs is not missed.
+	s.plans[sh].Store(math.MaxInt64)
+	nowMs := now.UnixMilli()
+	// Cancelled with ctx, so that Run returns promptly even while Redis does
+	// not answer. A claim the server ran but whose answer was dropped holds
+	// its timers until the lease runs out; then they are delivered again.
+	res, err := claimScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta},
+		nowMs, nowMs+s.cfg.Lease.Milliseconds(), s.cfg.BatchSize, c.id).Slice()
+	if err != nil {
+		return c, fmt.Errorf("claim shard %d: %w", sh, err)
+	}
+	if len(res) == 0 || (len(res)-1)%3 != 0 {
+		return c, fmt.Errorf("claim shard %d: %d values in the answer of claim.lua", sh, len(res))
+	}
+	if next, ok := res[0].(string); ok && next != "" {
+		ms, err := parseMs(next)
+		if err != nil {
+			return c, fmt.Errorf("claim shard %d: next due time: %w", sh, err)
+		}
+		s.lower(sh, ms, false)
+	}
+	c.timers = make([]timer.Timer, 0, (len(res)-1)/3)
+	for i := 1; i < len(res); i += 3 {
+		key, _ := res[i].(string)
+		attempt, _ := res[i+1].(int64)
+		dueStr, _ := res[i+2].(string)
+		due, err := parseMs(dueStr)
+		if err != nil || key == "" || attempt < 1 {
+			// Unreachable with claim.lua; the lease brings the batch back.
+			return c, fmt.Errorf("claim shard %d: malformed answer %v %v %v", sh, res[i], res[i+1], res[i+2])
+		}
+		c.timers = append(c.timers, timer.Timer{Key: key, Due: time.UnixMilli(due), Attempt: int(attempt)})
+	}
+	return c, nil
+}
+
+// deliver hands a claimed batch to h, keeping its lease while h runs, then
+// acknowledges it or puts it back after its backoff.
+func (s *Scheduler) deliver(ctx context.Context, c claimed, h timer.Handler) {
+	bg := context.WithoutCancel(ctx)
+	stop := s.keepLease(ctx, c)
+	err := h(bg, c.timers)
+	stop()
+	k := s.keys.shards[c.shard]
+	if err == nil {
+		args := make([]any, 0, 1+len(c.timers))
+		args = append(args, c.id)
+		for _, t := range c.timers {
+			args = append(args, t.Key)
+		}
+		if err := ackScript.Run(bg, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil {
+			s.log.Error("redis timers: acknowledge a batch failed; it will be delivered again after its lease",
+				"shard", c.shard, "timers", len(c.timers), "err", err)
+		}
+		return
+	}
+	now := time.Now()
+	args := make([]any, 0, 1+2*len(c.timers))
+	args = append(args, c.id)
+	earliest := int64(math.MaxInt64)
+	for _, t := range c.timers {
+		at := ceilMs(now.Add(s.cfg.Backoff(t.Attempt)))
+		earliest = min(earliest, at)
+		args = append(args, t.Key, at)
+	}
+	if err := retryScript.Run(bg, s.rdb, []string{k.due, k.lease, k.meta}, args...).Err(); err != nil {
+		s.log.Error("redis timers: requeue a failed batch failed; it will be delivered again after its lease",
+			"shard", c.shard, "timers", len(c.timers), "err", err)
+		return
+	}
+	s.lower(c.shard, earliest, false)
+}
+
+// keepLease extends the lease of c every Lease/3 while ctx is alive, until
+// the returned stop is called. Once ctx ends (the process is shutting down)
+// the lease runs out, so a batch whose handler never returns is delivered
+// again elsewhere.
+func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		k := s.keys.shards[c.shard]
+		tick := time.NewTicker(s.cfg.Lease / 3)
+		defer tick.Stop()
+		args := make([]any, 0, 2+len(c.timers))
+		args = append(args, c.id, int64(0))
+		for _, t := range c.timers {
+			args = append(args, t.Key)
+		}
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				args[1] = now.Add(s.cfg.Lease).UnixMilli()
+				if err := extendScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil && ctx.Err() == nil {
+					s.log.Warn("redis timers: extend the lease of a batch in hand failed", "shard", c.shard, "err", err)
+				}
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// recover moves shard sh's expired leases back to due.
+func (s *Scheduler) recover(ctx context.Context, sh int) error {
+	k := s.keys.shards[sh]
+	total := 0
+	for {
+		now := time.Now().UnixMilli()
+		n, err := recoverScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, now, recoverLimit).Int()
+		if err != nil {
+			return fmt.Errorf("recover shard %d: %w", sh, err)
+		}
+		total += n
+		if n > 0 {
+			s.lower(sh, now, false)
+		}
+		if n < recoverLimit || ctx.Err() != nil {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Warn("redis timers: leases expired (a consumer died or hung); their timers are delivered again",
+			"shard", sh, "timers", total)
+	}
+	return nil
+}
+
+// parseMs parses a score as Redis prints it.
+func parseMs(s string) (int64, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ms, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, err
+	}
+	return int64(f), nil
+}

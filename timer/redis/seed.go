@@ -1,0 +1,183 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/lapsehq/lapse/timer"
+)
+
+const (
+	// markerOK is a seed marker's value once a complete seed covered its
+	// shard. While an instance seeds, the markers hold its lock token.
+	markerOK = "ok"
+	// seedLockTTL is how long the seed lock outlives an instance that died
+	// while seeding; the seeding instance extends it every third of that.
+	seedLockTTL = 15 * time.Second
+)
+
+// watch checks the seed markers every LossCheck until ctx ends, and seeds
+// when one is missing. It runs beside the workers: a seed blocks neither
+// Schedule nor deliveries.
+func (s *Scheduler) watch(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		next := s.cfg.LossCheck
+		if seed := s.seedFunc(); seed != nil {
+			if err := s.checkSeeded(ctx, seed); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				next = max(next, timer.Backoff(failures))
+				s.log.Error("redis timers: data-loss check or seed failed; retrying", "in", next, "err", err)
+			} else {
+				failures = 0
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// checkSeeded seeds the timers from the store if a shard's seed marker is
+// missing and no other instance is seeding.
+func (s *Scheduler) checkSeeded(ctx context.Context, seed func(context.Context) error) error {
+	unseeded, err := s.unseeded(ctx)
+	if err != nil || len(unseeded) == 0 {
+		return err
+	}
+	token := s.id + "-" + randomID()
+	ok, err := s.rdb.SetNX(ctx, s.keys.seedLock, token, seedLockTTL).Result()
+	if err != nil {
+		return fmt.Errorf("take the seed lock: %w", err)
+	}
+	if !ok {
+		s.log.Debug("redis timers: seed markers missing; another instance is seeding", "shards", unseeded)
+		return nil
+	}
+	defer func() {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := lockScript.Run(bg, s.rdb, []string{s.keys.seedLock}, token, 0).Err(); err != nil {
+			s.log.Warn("redis timers: release the seed lock failed; it expires by itself", "in", seedLockTTL, "err", err)
+		}
+	}()
+	s.log.Warn("redis timers: seed markers missing (a new Redis, or one that lost its data: FLUSHALL, "+
+		"a restart without persistence, a failover); seeding the timers from the store", "shards", unseeded)
+	// Every marker holds the token while the seed runs: a loss during the
+	// seed removes it, and the SET XX below then leaves it missing.
+	if _, err := s.setMarkers(ctx, token, false); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := s.runSeed(ctx, seed, token); err != nil {
+		return fmt.Errorf("seed from the store: %w", err)
+	}
+	lost, err := s.setMarkers(ctx, markerOK, true)
+	if err != nil {
+		return err
+	}
+	if lost > 0 {
+		s.log.Warn("redis timers: Redis lost data again during the seed; seeding again", "shards", lost)
+		return nil
+	}
+	s.log.Info("redis timers: seeded from the store", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// runSeed calls seed, extending the seed lock while it runs.
+func (s *Scheduler) runSeed(ctx context.Context, seed func(context.Context) error, token string) error {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(seedLockTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				held, err := lockScript.Run(ctx, s.rdb, []string{s.keys.seedLock}, token, seedLockTTL.Milliseconds()).Int()
+				if err == nil && held == 0 {
+					err = errors.New("lost to another instance")
+				}
+				if err != nil && ctx.Err() == nil {
+					s.log.Warn("redis timers: extend the seed lock failed; another instance may seed too (harmless)", "err", err)
+				}
+			}
+		}
+	})
+	defer func() {
+		close(done)
+		wg.Wait()
+	}()
+	return seed(ctx)
+}
+
+// unseeded returns the shards whose seed marker is not "ok".
+func (s *Scheduler) unseeded(ctx context.Context) ([]int, error) {
+	cmds := make([]*goredis.StringCmd, len(s.keys.shards))
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, k := range s.keys.shards {
+			cmds[i] = p.Get(ctx, k.seeded)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("read the seed markers: %w", err)
+	}
+	var missing []int
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return nil, fmt.Errorf("read the seed marker of shard %d: %w", i, err)
+		}
+		if v != markerOK {
+			missing = append(missing, i)
+		}
+	}
+	return missing, nil
+}
+
+// setMarkers sets every shard's seed marker to v; with xx only those that
+// exist, returning how many did not.
+func (s *Scheduler) setMarkers(ctx context.Context, v string, xx bool) (missing int, err error) {
+	cmds := make([]*goredis.BoolCmd, 0, len(s.keys.shards))
+	_, err = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, k := range s.keys.shards {
+			if xx {
+				cmds = append(cmds, p.SetXX(ctx, k.seeded, v, 0))
+			} else {
+				p.Set(ctx, k.seeded, v, 0)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return 0, fmt.Errorf("set the seed markers: %w", err)
+	}
+	for _, c := range cmds {
+		ok, err := c.Result()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return 0, fmt.Errorf("set the seed markers: %w", err)
+		}
+		if !ok {
+			missing++
+		}
+	}
+	return missing, nil
+}
