@@ -67,6 +67,7 @@ func (c *checker) run(ctx context.Context) {
 	for id, ch := range c.pending {
 		if ch.timer != nil && ch.timer.Stop() {
 			delete(c.pending, id)
+			c.wg.Done() // its callback will not run
 		}
 	}
 	c.mu.Unlock()

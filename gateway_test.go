@@ -188,3 +188,32 @@ func (h *hanging) Close(ctx context.Context, _ string) error {
 	_, err := h.Query(ctx, "")
 	return err
 }
+
+// Shutting down with gateway retries and confirmations waiting on their timers
+// returns promptly: waiting checks are dropped, not waited for.
+func TestShutdownWithChecksWaiting(t *testing.T) {
+	t.Parallel()
+	gw := newScripted()
+	gw.set("waiting", payment.Status{State: payment.StatePending})
+	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
+	t.Cleanup(func() { st.Close() })
+	svc := newService(t, lapse.Config{Store: st, Gateway: gw, GatewayPendingMax: time.Hour})
+	storetest.Stock(t, st, 10, "sku")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	create(t, svc, "waiting", 200*time.Millisecond)
+	if _, err := svc.Pay(context.Background(), "waiting"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a gateway query", func() bool { q, _ := gw.count("waiting"); return q >= 1 })
+	cancel() // the check now waits on its backoff timer
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5s with a gateway check waiting to retry")
+	}
+}
