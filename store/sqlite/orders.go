@@ -513,9 +513,18 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 
 // PaymentChecks implements store.Orders.
 func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]store.Deadline, error) {
-	rows, err := s.r.QueryContext(ctx, q.Get("payment_checks"), ms(s.clock.Now().Add(-lag)), limit)
+	out, err := queryDeadlines(ctx, s.r, q.Get("payment_checks"), ms(s.clock.Now().Add(-lag)), limit)
 	if err != nil {
 		return nil, fmt.Errorf("payment checks: %w", err)
+	}
+	return out, nil
+}
+
+// queryDeadlines runs a query returning (id, cancel_after) rows.
+func queryDeadlines(ctx context.Context, db querier, query string, args ...any) ([]store.Deadline, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []store.Deadline
@@ -523,7 +532,7 @@ func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int)
 		var d store.Deadline
 		var at int64
 		if err := rows.Scan(&d.OrderID, &at); err != nil {
-			return nil, fmt.Errorf("payment checks: %w", err)
+			return nil, err
 		}
 		d.CancelAfter = fromMS(at)
 		out = append(out, d)
@@ -549,22 +558,11 @@ func (s *Store) PendingDeadlines(ctx context.Context, after store.Deadline, limi
 	if !after.CancelAfter.IsZero() {
 		afterMS = ms(after.CancelAfter)
 	}
-	rows, err := s.r.QueryContext(ctx, q.Get("pending_deadlines"), afterMS, after.OrderID, limit)
+	out, err := queryDeadlines(ctx, s.r, q.Get("pending_deadlines"), afterMS, after.OrderID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending deadlines: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Deadline
-	for rows.Next() {
-		var d store.Deadline
-		var at int64
-		if err := rows.Scan(&d.OrderID, &at); err != nil {
-			return nil, fmt.Errorf("pending deadlines: %w", err)
-		}
-		d.CancelAfter = fromMS(at)
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // CountStuck implements store.Orders.
