@@ -2,6 +2,7 @@ package lapse
 
 import (
 	"context"
+	"strings"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -12,9 +13,20 @@ import (
 // scheduler: the batch's orders are cancelled in one store transaction, and
 // the batch is acknowledged (nil) only after it commits.
 func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
-	ids := make([]string, len(due))
-	for i, t := range due {
-		ids[i] = t.Key
+	ids := make([]string, 0, len(due))
+	var reminders []string
+	for _, t := range due {
+		if id, ok := strings.CutPrefix(t.Key, reminderPrefix); ok {
+			reminders = append(reminders, id)
+			continue
+		}
+		ids = append(ids, t.Key)
+	}
+	if len(reminders) > 0 {
+		s.remind(ctx, reminders)
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids, SkipAttempted: s.checks != nil})
 	return err

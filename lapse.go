@@ -86,6 +86,12 @@ type Config struct {
 	// ConfirmAfter is when an order cancelled after a payment attempt is
 	// queried once more (paid after all → refund_required). Defaults to 60 s.
 	ConfirmAfter time.Duration
+	// RemindBefore, when positive, sends an order.expiring event to the Sink
+	// this long before expires_at for orders still unpaid. Best effort: it
+	// rides on the Scheduler (not with PollStore), is not written to the
+	// outbox, is not rebuilt after a timer backend loses its data, and is
+	// never used to cancel anything.
+	RemindBefore time.Duration
 	// Sink receives the outbox events. Defaults to a log sink on Logger.
 	Sink outbox.Sink
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
@@ -164,6 +170,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxTimeout < c.DefaultTimeout {
 		return fmt.Errorf("lapse: Config.MaxTimeout %s is below DefaultTimeout %s", c.MaxTimeout, c.DefaultTimeout)
+	}
+	if c.RemindBefore < 0 {
+		return fmt.Errorf("lapse: Config.RemindBefore %s: must not be negative", c.RemindBefore)
 	}
 	if c.PollStore && c.Scheduler != nil {
 		return errors.New("lapse: Config.PollStore and Config.Scheduler are exclusive: the store is the timer index")

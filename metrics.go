@@ -25,6 +25,7 @@ type metrics struct {
 	eventsPublished  prometheus.Counter
 	sweepCaught      prometheus.Counter
 	gatewayChecks    *prometheus.CounterVec
+	reminders        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -74,6 +75,9 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		gatewayChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lapse_gateway_checks_total", Help: "Gateway queries before a cancel, by answer (PAID, NOT_PAID, PENDING, CLOSED, error, close_error).",
 		}, []string{"result"}),
+		reminders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lapse_reminders_sent_total", Help: "order.expiring reminders sent (best effort).",
+		}),
 		sweepCaught: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_sweep_caught_total", Help: "Orders the fallback sweep cancelled: each is a timer the primary backend lost.",
 		}),
@@ -91,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, m.reminders, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}

@@ -67,6 +67,7 @@ func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (Create
 	if !res.Replayed {
 		s.metrics.created.Inc()
 		s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
+		s.scheduleReminder(ctx, res.Order)
 	}
 	return CreateOrderResult{Order: res.Order, Replayed: res.Replayed}, nil
 }

@@ -81,6 +81,9 @@ func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paym
 	case store.OutcomePaid:
 		s.metrics.paid.Inc()
 		s.unschedule(ctx, res.Order.ID)
+		if s.cfg.RemindBefore > 0 {
+			s.unschedule(ctx, reminderPrefix+res.Order.ID)
+		}
 	case store.OutcomeRefundRequired:
 		s.metrics.refundRequired.Inc()
 		s.log.Warn("payment succeeded for a cancelled order: refund required",

@@ -31,6 +31,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	gw := addGatewayFlags(fs)
 	confirmAfter := fs.Duration("confirm-after", time.Minute, "query the gateway again this long after cancelling an order that had a payment attempt")
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, "how long to wait while the gateway reports a payment in progress before closing the trade")
+	remindBefore := fs.Duration("remind-before", 0, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -49,6 +50,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
 		DefaultCurrency: *currency, Logger: logger, SweepInterval: *sweepInterval, SweepLag: *sweepLag,
 	}
+	cfg.RemindBefore = *remindBefore
 	if *sweepInterval == 0 {
 		cfg.SweepInterval = -1
 	}

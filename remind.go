@@ -1,0 +1,60 @@
+package lapse
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lapsehq/lapse/order"
+)
+
+// reminderPrefix marks a reminder's timer key; an order id never starts with it
+// (ids start with a letter or digit).
+const reminderPrefix = "~remind:"
+
+// EventExpiring is the best-effort reminder that an unpaid order's payment
+// window is about to close (Config.RemindBefore).
+const EventExpiring = "order.expiring"
+
+// scheduleReminder sets the order's reminder timer, if reminders are on and
+// there is still time for one.
+func (s *Service) scheduleReminder(ctx context.Context, o order.Order) {
+	if s.cfg.RemindBefore <= 0 || s.timers == nil {
+		return
+	}
+	at := o.ExpiresAt.Add(-s.cfg.RemindBefore)
+	if !at.After(o.CreatedAt) {
+		return
+	}
+	if err := s.timers.Schedule(ctx, reminderPrefix+o.ID, at); err != nil {
+		s.log.Warn("schedule reminder (best effort)", "order_id", o.ID, "err", err)
+	}
+}
+
+// remind sends order.expiring for each order still unpaid, straight to the
+// sink: a reminder is a courtesy, so it is neither stored nor retried.
+func (s *Service) remind(ctx context.Context, ids []string) {
+	var evs []order.Event
+	for _, id := range ids {
+		o, err := s.store.GetOrder(ctx, id)
+		if err != nil || (o.Status != order.Pending && o.Status != order.Paying) {
+			continue
+		}
+		payload, err := json.Marshal(o)
+		if err != nil {
+			continue
+		}
+		evs = append(evs, order.Event{ID: uuid.Must(uuid.NewV7()).String(), Type: EventExpiring, OrderID: id,
+			Payload: payload, CreatedAt: time.Now().UTC()})
+	}
+	if len(evs) == 0 {
+		return
+	}
+	if err := s.cfg.Sink.Publish(ctx, evs); err != nil {
+		s.log.Warn("send order.expiring reminders (best effort)", "orders", len(evs), "err", err)
+		return
+	}
+	s.metrics.reminders.Add(float64(len(evs)))
+}
