@@ -1,7 +1,19 @@
-// Package bench is lapse's load harness: it drives a real Service on a real
-// store and timer backend, and measures how late timeout cancels land
+// Package bench is lapse's load and fault harness: it drives a real Service —
+// in this process on a real store and timer backend, or a running `lapse
+// serve` over HTTP — with a workload of orders, some paid and the rest left
+// to time out, and measures how late the timeout cancels land
 // (cancelled_at − cancel_after, both stamped by the store's clock), whether
-// any landed early, and whether the invariants still hold afterwards.
+// any landed early, and whether the invariants still hold afterwards, also
+// while workers are killed and restarted or other faults are injected.
+//
+// A workload has one of two shapes:
+//   - a window (the default): Orders orders created as fast as Concurrency
+//     allows, whose deadlines are spread evenly over Spread, starting Lead
+//     from the start — many cancels due in a short time;
+//   - an open loop (Rate, Timeout or Duration set): orders created at Rate
+//     per second whatever the service's pace (0: as fast as possible), each
+//     with the payment window Timeout, for Orders orders or for Duration —
+//     the steady state of a shop.
 package bench
 
 import (
@@ -10,6 +22,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,41 +32,188 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
-// Config is one workload.
+// PayAt says when a paid order's payment starts.
+type PayAt string
+
+// When payments start.
+const (
+	// PayNearDeadline starts the payment just before expires_at (a tenth of
+	// the timeout before it, at most 100 ms): the race between the buyer and
+	// the timer that PAYING exists for.
+	PayNearDeadline PayAt = "near-deadline"
+	// PayRandom starts it at a uniformly random time between creation and
+	// that same point.
+	PayRandom PayAt = "random"
+)
+
+// Config is one workload and the faults injected while it runs.
 type Config struct {
-	// Orders is how many orders to create. Defaults to 2000.
+	// Orders is how many orders to create. Defaults to 2000; with Duration, 0
+	// means no limit but the duration.
 	Orders int
-	// Lead is how far ahead of the start the first deadline lies; creation
-	// must finish within it. Defaults to 5 s.
+	// Rate is how many orders per second are created (open loop: at fixed
+	// times, however long the previous creates take). 0 creates them as fast
+	// as Concurrency allows.
+	Rate float64
+	// Timeout is each order's payment window in an open-loop workload:
+	// expires_at = creation + Timeout. Defaults to 5 s when Rate or Duration is set.
+	Timeout time.Duration
+	// Duration, when set, keeps creating orders (at Rate) for this long; the
+	// run then waits for the last deadlines.
+	Duration time.Duration
+	// Lead is how far ahead of the start the first deadline lies in a window
+	// workload; creation must finish within it. Defaults to 5 s.
 	Lead time.Duration
-	// Spread is the window the deadlines are spread over, evenly. Defaults to 1 s.
+	// Spread is the window the deadlines are spread over, evenly, in a window
+	// workload. Defaults to 1 s.
 	Spread time.Duration
-	// PayRatio is the fraction of orders paid (start + success callback) before their deadline.
+	// PayRatio is the fraction of orders paid (payment started, then a
+	// success callback) before their deadline.
 	PayRatio float64
+	// PayAt is when those payments start. Defaults to PayRandom.
+	PayAt PayAt
 	// SKUs is how many SKUs the orders spread over. Defaults to 100.
 	SKUs int
-	// Concurrency is how many goroutines create orders. Defaults to 8.
+	// HotSKUShare is the fraction of orders that all reserve one SKU (a
+	// flash sale); the rest spread over the others.
+	HotSKUShare float64
+	// Concurrency is how many goroutines create orders. Defaults to 8, or 64
+	// with a Rate (so that one slow create does not hold the rate back).
 	Concurrency int
+	// KillEvery, when set, kills the in-process worker this often and starts
+	// a fresh one, as a crash and a restart would (Target InProcess only).
+	KillEvery time.Duration
+	// Faults are injected at their time during the run.
+	Faults []Fault
+	// Wait bounds how long the run waits past the last deadline for every
+	// cancel. Defaults to 60 s.
+	Wait time.Duration
+	// AllowedLag is the audit's: how long an order may stay PENDING past its
+	// cancel_after. Defaults to 30 s.
+	AllowedLag time.Duration
 	// Progress receives a live line every 500 ms (nil for none).
 	Progress io.Writer
 }
 
+// Fault is something done to the system under test at a time in the run.
+type Fault struct {
+	Name string
+	At   time.Duration // from the start of the run
+	Do   func(ctx context.Context) error
+}
+
+// ConfigError is a Config that cannot run. Field names the Config field.
+type ConfigError struct {
+	Field   string
+	Message string
+}
+
+func (e *ConfigError) Error() string { return "bench: Config." + e.Field + " " + e.Message }
+
+func configError(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// OpenLoop reports whether the workload is an open loop (Rate, Timeout or
+// Duration set) rather than a window of deadlines.
+func (c *Config) OpenLoop() bool { return c.Rate > 0 || c.Timeout > 0 || c.Duration > 0 }
+
 func (c *Config) setDefaults() {
-	if c.Orders == 0 {
-		c.Orders = 2000
-	}
-	if c.Lead == 0 {
-		c.Lead = 5 * time.Second
-	}
-	if c.Spread == 0 {
-		c.Spread = time.Second
-	}
-	if c.SKUs == 0 {
-		c.SKUs = 100
+	if c.OpenLoop() {
+		if c.Timeout == 0 {
+			c.Timeout = 5 * time.Second
+		}
+		if c.Orders == 0 && c.Duration == 0 {
+			c.Orders = 2000
+		}
+		if c.Concurrency == 0 && c.Rate > 0 {
+			c.Concurrency = 64
+		}
+	} else {
+		if c.Orders == 0 {
+			c.Orders = 2000
+		}
+		if c.Lead == 0 {
+			c.Lead = 5 * time.Second
+		}
+		if c.Spread == 0 {
+			c.Spread = time.Second
+		}
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
 	}
+	if c.PayAt == "" {
+		c.PayAt = PayRandom
+	}
+	if c.SKUs == 0 {
+		c.SKUs = 100
+	}
+	if c.Wait == 0 {
+		c.Wait = time.Minute
+	}
+	if c.AllowedLag == 0 {
+		c.AllowedLag = 30 * time.Second
+	}
+}
+
+// Validate checks c as the run would after filling the defaults.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	fraction := func(field string, v float64) error {
+		if !(v >= 0 && v <= 1) {
+			return configError(field, "%v: want a fraction from 0 to 1", v)
+		}
+		return nil
+	}
+	switch {
+	case c.Orders < 0:
+		return configError("Orders", "%d: must not be negative", c.Orders)
+	case !(c.Rate >= 0) || math.IsInf(c.Rate, 0):
+		return configError("Rate", "%v: want orders per second, 0 or more (0: as fast as possible)", c.Rate)
+	case c.Duration < 0:
+		return configError("Duration", "%s: must not be negative", c.Duration)
+	case c.Timeout < 0 || (c.OpenLoop() && c.Timeout < time.Millisecond):
+		return configError("Timeout", "%s: want at least 1ms", c.Timeout)
+	case c.OpenLoop() && c.Lead != 0:
+		return configError("Lead", "%s: places deadlines in a window from the start; it does not combine with an open-loop workload (rate, timeout, duration)", c.Lead)
+	case c.OpenLoop() && c.Spread != 0:
+		return configError("Spread", "%s: places deadlines in a window from the start; it does not combine with an open-loop workload (rate, timeout, duration)", c.Spread)
+	case !c.OpenLoop() && c.Lead < time.Millisecond:
+		return configError("Lead", "%s: want at least 1ms", c.Lead)
+	case !c.OpenLoop() && c.Spread < time.Millisecond:
+		return configError("Spread", "%s: want at least 1ms", c.Spread)
+	}
+	if err := fraction("PayRatio", c.PayRatio); err != nil {
+		return err
+	}
+	if err := fraction("HotSKUShare", c.HotSKUShare); err != nil {
+		return err
+	}
+	switch {
+	case c.PayAt != PayNearDeadline && c.PayAt != PayRandom:
+		return configError("PayAt", "%q: want %s or %s", c.PayAt, PayNearDeadline, PayRandom)
+	case c.SKUs < 1 || c.SKUs > 100_000:
+		return configError("SKUs", "%d: want 1 to 100000", c.SKUs)
+	case c.Concurrency < 1 || c.Concurrency > 10_000:
+		return configError("Concurrency", "%d: want 1 to 10000", c.Concurrency)
+	case c.KillEvery < 0 || (c.KillEvery > 0 && c.KillEvery < 10*time.Millisecond):
+		return configError("KillEvery", "%s: want at least 10ms (or 0: never)", c.KillEvery)
+	case c.Wait < 0:
+		return configError("Wait", "%s: must not be negative", c.Wait)
+	case c.AllowedLag < 0:
+		return configError("AllowedLag", "%s: must not be negative", c.AllowedLag)
+	}
+	for _, f := range c.Faults {
+		if f.Name == "" || f.Do == nil || f.At < 0 {
+			return configError("Faults", "%q at %s: want a name, a time from the start (>= 0) and a Do function", f.Name, f.At)
+		}
+	}
+	return nil
 }
 
 // Percentiles of lateness in milliseconds.
@@ -65,174 +225,299 @@ type Percentiles struct {
 	Max  float64 `json:"max"`
 }
 
-// Result is what a run measured.
-type Result struct {
-	Orders       int         `json:"orders"`
-	CreatedPerS  float64     `json:"created_per_s"`
-	Cancelled    int         `json:"cancelled"`
-	Paid         int         `json:"paid"`
-	LatenessMS   Percentiles `json:"lateness_ms"`
-	Early        int         `json:"early"`
-	DrainSeconds float64     `json:"drain_seconds"` // last deadline → last cancel
-	AuditOK      bool        `json:"audit_ok"`
-	Audit        []string    `json:"audit_violations,omitempty"`
+// AuditResult is the invariant check at the end of a run.
+type AuditResult struct {
+	// Status is "ok", "failed" (a violation) or "skipped" (no store to audit).
+	Status string `json:"status"`
+	// Violations are the violated checks, "name: count".
+	Violations []string `json:"violations"`
+	// Warnings are findings that break no invariant (PAYING past the deadline).
+	Warnings []string `json:"warnings,omitempty"`
+	// Skipped says why the audit did not run.
+	Skipped string `json:"skipped,omitempty"`
 }
 
-// Run creates the workload on svc (already running) and st (its store),
-// waits for every order to be settled, and measures.
+// FaultResult is one fault of the run: when it happened, or why it did not.
+type FaultResult struct {
+	Name    string  `json:"name"`
+	AtS     float64 `json:"at_s"`
+	Error   string  `json:"error,omitempty"`
+	Skipped string  `json:"skipped,omitempty"`
+}
+
+// Result is what a run measured.
+type Result struct {
+	// Orders is how many orders were created.
+	Orders int `json:"orders"`
+	// CreatedPerS is the creation rate achieved.
+	CreatedPerS float64 `json:"created_per_s"`
+	// Cancelled counts this run's orders cancelled by timeout.
+	Cancelled int `json:"cancelled"`
+	// Paid counts this run's orders paid.
+	Paid int `json:"paid"`
+	// PayMissed counts payments that came too late to start (the order had
+	// expired): those orders are among the cancelled.
+	PayMissed  int         `json:"pay_missed"`
+	LatenessMS Percentiles `json:"lateness_ms"`
+	// Early counts cancels before cancel_after: must be 0.
+	Early int `json:"early"`
+	// DBStatementsPerOrder is the SQL statements the store ran per order
+	// created, over the whole run (creates, payments, cancels, outbox relay);
+	// nil when the store does not count them (see StatementCounter).
+	DBStatementsPerOrder *float64    `json:"db_statements_per_order"`
+	Audit                AuditResult `json:"audit"`
+	// AuditOK is Audit.Status == "ok".
+	AuditOK bool `json:"audit_ok"`
+	// DrainSeconds is from the last cancel_after to the last cancel.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// Restarts counts workers killed and replaced (KillEvery).
+	Restarts int `json:"restarts"`
+	// SweepCaught counts cancels by the fallback sweep: timers the primary
+	// backend lost (or had not delivered SweepLag after their deadline).
+	SweepCaught int           `json:"sweep_caught"`
+	Faults      []FaultResult `json:"faults,omitempty"`
+	// Seconds is the run's wall time.
+	Seconds float64 `json:"seconds"`
+}
+
+// Run drives svc, already running on st (the caller owns both).
 func Run(ctx context.Context, svc *lapse.Service, st store.Store, cfg Config) (Result, error) {
+	return Drive(ctx, Running(svc, st), cfg)
+}
+
+// Drive runs the workload of cfg against t, waits for every order to be paid
+// or cancelled, audits and measures.
+func Drive(ctx context.Context, t Target, cfg Config) (Result, error) {
 	cfg.setDefaults()
-	res := Result{Orders: cfg.Orders}
-	if cfg.Orders < 1 || cfg.PayRatio < 0 || cfg.PayRatio > 1 {
-		return res, fmt.Errorf("bench: want orders >= 1 and 0 <= pay-ratio <= 1")
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
 	}
-	perSKU := int64(cfg.Orders/cfg.SKUs + 1)
-	for k := range cfg.SKUs {
-		if _, err := svc.SetStock(ctx, skuName(k), perSKU); err != nil {
-			return res, err
+	if cfg.KillEvery > 0 {
+		if ip, ok := t.(*inProcess); !ok || ip.external {
+			return Result{}, configError("KillEvery", "%s: needs a Target that can restart its worker (InProcess)", cfg.KillEvery)
 		}
 	}
-	start := time.Now()
-	base := start.Add(cfg.Lead)
-	var created, paid, failed atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	next := atomic.Int64{}
-	stopProgress := progress(cfg.Progress, func() string {
-		due := 0
-		if now := time.Now(); now.After(base) {
-			due = min(cfg.Orders, int(float64(cfg.Orders)*float64(now.Sub(base))/float64(cfg.Spread)))
-		}
-		cancelled := int(metric(svc, "lapse_orders_cancelled_total"))
-		waiting := max(0, due-cancelled-int(float64(due)*cfg.PayRatio))
-		return fmt.Sprintf("created %d/%d  paid %d  cancelled %d  due but not cancelled %d",
-			created.Load(), cfg.Orders, paid.Load(), cancelled, waiting)
-	})
-	var wg sync.WaitGroup
-	for range cfg.Concurrency {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(cfg.Orders) || ctx.Err() != nil {
-					return
-				}
-				due := base.Add(time.Duration(float64(cfg.Spread) * float64(i) / float64(cfg.Orders)))
-				timeout := time.Until(due)
-				if timeout < time.Millisecond {
-					failed.Add(1)
-					errOnce.Do(func() {
-						firstErr = fmt.Errorf("bench: order %d created after its deadline: creation is slower than --lead %s allows", i, cfg.Lead)
-					})
-					return
-				}
-				r, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
-					ID:    fmt.Sprintf("bench-%d-%07d", start.UnixMilli(), i),
-					Items: []order.Item{{SKU: skuName(int(i) % cfg.SKUs), Qty: 1}}, AmountCents: 1000, Timeout: timeout,
-				})
-				if err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("bench: create: %w", err) })
-					return
-				}
-				created.Add(1)
-				if float64(i%1000) < cfg.PayRatio*1000 {
-					if err := pay(ctx, svc, r.Order); err != nil {
-						errOnce.Do(func() { firstErr = err })
-						return
-					}
-					paid.Add(1)
-				}
-			}
-		})
+	r := &run{cfg: cfg, t: t, prefix: fmt.Sprintf("bench-%d-", time.Now().UnixMilli())}
+	return r.do(ctx)
+}
+
+// stockPerSKU is what every SKU is given: enough for any run, so a shortfall
+// never decides an order's fate.
+const stockPerSKU = 1_000_000_000
+
+// run is one Drive call.
+type run struct {
+	cfg    Config
+	t      Target
+	prefix string // every order id of the run starts with it
+
+	start time.Time
+	base  counts // the service's metrics before the run
+
+	created, paid, payMissed, restarts atomic.Int64
+	createStart, createEnd             time.Time
+
+	mu           sync.Mutex
+	dues         []int64   // cancel_after (unix ns) of the orders that will time out
+	firstCreated time.Time // store clock
+	lastDue      time.Time // store clock
+	faults       []FaultResult
+
+	errMu    sync.Mutex
+	firstErr error
+	abort    context.CancelFunc
+	payments sync.WaitGroup
+}
+
+// fail records the run's first error and stops the workload.
+func (r *run) fail(err error) {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	if r.firstErr == nil {
+		r.firstErr = err
+		r.abort()
 	}
-	wg.Wait()
-	res.CreatedPerS = float64(created.Load()) / time.Since(start).Seconds()
-	if firstErr != nil {
-		stopProgress()
-		return res, firstErr
+}
+
+func (r *run) err() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.firstErr
+}
+
+func (r *run) do(ctx context.Context) (Result, error) {
+	var res Result
+	if err := r.t.start(ctx); err != nil {
+		return res, err
 	}
-	// Wait for every unpaid order to be cancelled, bounded well past the last deadline.
-	last := base.Add(time.Duration(float64(cfg.Spread) * float64(cfg.Orders-1) / float64(cfg.Orders)))
-	limit := time.Until(last) + 60*time.Second
-	want := float64(int64(cfg.Orders) - paid.Load())
-	deadline := time.Now().Add(limit)
-	for metric(svc, "lapse_orders_cancelled_total") < want {
-		if time.Now().After(deadline) {
-			stopProgress()
-			return res, fmt.Errorf("bench: only %v of %v orders cancelled %s after the last deadline",
-				metric(svc, "lapse_orders_cancelled_total"), want, limit)
-		}
-		select {
-		case <-ctx.Done():
-			stopProgress()
-			return res, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+	defer r.t.stop()
+	for k := range r.cfg.SKUs {
+		if err := r.t.setStock(ctx, skuName(k), stockPerSKU); err != nil {
+			return res, fmt.Errorf("bench: set stock: %w", err)
 		}
 	}
-	stopProgress()
-	res.Paid = int(paid.Load())
-	late, lastCancel, err := lateness(ctx, st)
+	base, err := r.t.counts(ctx)
 	if err != nil {
 		return res, err
 	}
-	res.Cancelled = len(late)
-	for _, l := range late {
+	r.base = base
+	stmts0, countsStatements := r.t.statements()
+
+	wctx, abort := context.WithCancel(ctx)
+	defer abort()
+	r.abort = abort
+	r.start = time.Now()
+	stopProgress := progress(r.cfg.Progress, r.line)
+	stopFaults := r.injectFaults(wctx)
+	stopKiller := r.killer(wctx)
+
+	r.create(wctx)
+	r.payments.Wait()
+	res.Orders = int(r.created.Load())
+	if d := r.createEnd.Sub(r.createStart); d > 0 {
+		res.CreatedPerS = float64(res.Orders) / d.Seconds()
+	}
+	var cancelled []order.Order
+	if r.err() == nil {
+		cancelled, err = r.waitCancels(wctx)
+		if err != nil {
+			r.fail(err)
+		}
+	}
+	stopKiller()
+	stopFaults()
+	stopProgress()
+	res.Restarts = int(r.restarts.Load())
+	res.Paid = int(r.paid.Load())
+	res.PayMissed = int(r.payMissed.Load())
+	r.mu.Lock()
+	res.Faults = r.faults
+	r.mu.Unlock()
+	if c, err := r.t.counts(ctx); err == nil {
+		res.SweepCaught = int(c.minus(r.base).sweepCaught)
+	}
+	res.Seconds = time.Since(r.start).Seconds()
+	if err := r.err(); err != nil {
+		return res, err
+	}
+
+	late := make([]float64, 0, len(cancelled))
+	var lastCancel, lastDue time.Time
+	for _, o := range cancelled {
+		lastDue = later(lastDue, o.CancelAfter)
+		l := float64(o.CancelledAt.Sub(o.CancelAfter)) / float64(time.Millisecond)
+		late = append(late, l)
 		if l < 0 {
 			res.Early++
 		}
+		lastCancel = later(lastCancel, o.CancelledAt)
 	}
+	res.Cancelled = len(cancelled)
 	res.LatenessMS = percentiles(late)
-	res.DrainSeconds = lastCancel.Sub(last).Seconds()
-	rep, err := st.Audit(ctx, store.AuditParams{AllowedLag: 30 * time.Second})
-	if err != nil {
-		return res, err
+	if !lastCancel.IsZero() {
+		res.DrainSeconds = lastCancel.Sub(lastDue).Seconds()
 	}
-	res.AuditOK = rep.OK()
+	if stmts1, ok := r.t.statements(); ok && countsStatements && res.Orders > 0 {
+		per := float64(stmts1-stmts0) / float64(res.Orders)
+		res.DBStatementsPerOrder = &per
+	}
+	res.Audit, err = r.audit(ctx)
+	res.AuditOK = res.Audit.Status == "ok"
+	return res, err
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (r *run) audit(ctx context.Context) (AuditResult, error) {
+	out := AuditResult{Violations: []string{}}
+	rep, skipped, err := r.t.audit(ctx, store.AuditParams{AllowedLag: r.cfg.AllowedLag})
+	if err != nil {
+		return out, fmt.Errorf("bench: audit: %w", err)
+	}
+	if rep == nil {
+		out.Status, out.Skipped = "skipped", skipped
+		return out, nil
+	}
 	for _, c := range rep.Checks {
-		if c.Count > 0 && !c.Warning {
-			res.Audit = append(res.Audit, fmt.Sprintf("%s: %d", c.Name, c.Count))
+		if c.Count == 0 {
+			continue
+		}
+		s := fmt.Sprintf("%s: %d", c.Name, c.Count)
+		if c.Warning {
+			out.Warnings = append(out.Warnings, s)
+		} else {
+			out.Violations = append(out.Violations, s)
 		}
 	}
-	return res, nil
+	out.Status = "ok"
+	if !rep.OK() {
+		out.Status = "failed"
+	}
+	return out, nil
 }
 
-func skuName(k int) string { return fmt.Sprintf("bench-sku-%03d", k) }
-
-// pay starts a payment and reports success, as buyer and gateway would.
-func pay(ctx context.Context, svc *lapse.Service, o order.Order) error {
-	if _, err := svc.Pay(ctx, o.ID); err != nil {
-		return fmt.Errorf("bench: pay %s: %w", o.ID, err)
-	}
-	_, err := svc.Notify(ctx, lapse.Notification{OrderID: o.ID, PaymentID: "bench-" + o.ID, Status: lapse.PaymentSucceeded, AmountCents: o.AmountCents})
-	if err != nil {
-		return fmt.Errorf("bench: payment callback %s: %w", o.ID, err)
-	}
-	return nil
-}
-
-// lateness reads every timeout-cancelled order's cancelled_at − cancel_after in ms.
-func lateness(ctx context.Context, st store.Store) ([]float64, time.Time, error) {
-	var out []float64
-	var last time.Time
-	cursor := ""
+// waitCancels waits until every order not paid is cancelled and returns them.
+func (r *run) waitCancels(ctx context.Context) ([]order.Order, error) {
+	want := int(r.created.Load() - r.paid.Load())
+	r.mu.Lock()
+	deadline := later(r.lastDue, time.Now()).Add(r.cfg.Wait)
+	r.mu.Unlock()
+	// The metrics say when to look; the store's rows are what counts.
 	for {
-		page, err := st.ListOrders(ctx, store.ListOrdersParams{Status: order.Cancelled, Limit: 500, Cursor: cursor})
+		c, err := r.t.counts(ctx)
 		if err != nil {
-			return nil, last, err
+			return nil, err
 		}
-		for _, o := range page.Orders {
-			if o.CancelReason != order.ReasonTimeout {
-				continue
-			}
-			out = append(out, float64(o.CancelledAt.Sub(o.CancelAfter))/float64(time.Millisecond))
-			if o.CancelledAt.After(last) {
-				last = o.CancelledAt
-			}
+		if int(c.minus(r.base).cancelled) >= want {
+			break
 		}
-		if page.NextCursor == "" {
-			return out, last, nil
+		if time.Now().After(deadline) {
+			break
 		}
-		cursor = page.NextCursor
+		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+			return nil, ctx.Err()
+		}
 	}
+	for {
+		got, err := r.listCancelled(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(got) >= want {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("bench: only %d of %d unpaid orders cancelled %s after the last deadline", len(got), want, r.cfg.Wait)
+		}
+		if !sleepUntil(ctx, time.Now().Add(250*time.Millisecond)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// listCancelled reads this run's timeout-cancelled orders.
+func (r *run) listCancelled(ctx context.Context) ([]order.Order, error) {
+	r.mu.Lock()
+	first := r.firstCreated
+	r.mu.Unlock()
+	var out []order.Order
+	err := r.t.listCancelled(ctx, func(page []order.Order) bool {
+		for _, o := range page {
+			if o.CreatedAt.Before(first) {
+				return false // newest first: the rest are older than the run
+			}
+			if strings.HasPrefix(o.ID, r.prefix) && o.CancelReason == order.ReasonTimeout {
+				out = append(out, o)
+			}
+		}
+		return true
+	})
+	return out, err
 }
 
 func percentiles(v []float64) Percentiles {
@@ -246,43 +531,4 @@ func percentiles(v []float64) Percentiles {
 		return s[max(0, min(i, len(s)-1))]
 	}
 	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), P999: at(0.999), Max: s[len(s)-1]}
-}
-
-func metric(svc *lapse.Service, name string) float64 {
-	mfs, err := svc.Registry().Gather()
-	if err != nil {
-		return 0
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-// progress prints line() every 500 ms until the returned stop is called.
-func progress(w io.Writer, line func() string) func() {
-	if w == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				fmt.Fprintf(w, "\r%s\n", line())
-				return
-			case <-t.C:
-				fmt.Fprintf(w, "\r%s   ", line())
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }

@@ -3,17 +3,28 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/timer/redis"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // discardSink drops events: the bench measures cancels, not the relay's log.
@@ -23,59 +34,229 @@ func (discardSink) Publish(context.Context, []order.Event) error { return nil }
 
 var _ outbox.Sink = discardSink{}
 
+// rateFlag is orders per second, written 1000 or 1000/s.
+type rateFlag float64
+
+func (r *rateFlag) String() string { return strconv.FormatFloat(float64(*r), 'f', -1, 64) }
+
+func (r *rateFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "/s"), 64)
+	if err != nil {
+		return errors.New("want orders per second, like 1000 or 1000/s")
+	}
+	*r = rateFlag(v)
+	return nil
+}
+
+// benchFlags maps bench.Config fields to the flags that set them, for errors.
+var benchFlags = map[string]string{
+	"Orders": "--orders", "Rate": "--rate", "Timeout": "--timeout", "Duration": "--duration",
+	"Lead": "--lead", "Spread": "--spread", "PayRatio": "--pay-ratio", "PayAt": "--pay-at",
+	"SKUs": "--skus", "HotSKUShare": "--hot-sku-share", "Concurrency": "--concurrency",
+	"KillEvery": "--kill-every", "Wait": "--wait",
+}
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
-	storeURL := fs.String("store", "", "store URL (default: a fresh SQLite file in a temporary directory)")
-	timers := fs.String("timers", "memory", "timer backend: memory or sql")
-	orders := fs.Int("orders", 2000, "orders to create")
-	lead := fs.Duration("lead", 5*time.Second, "time from the start to the first deadline (creation must finish within it)")
-	spread := fs.Duration("spread", time.Second, "window the deadlines are spread over")
-	payRatio := fs.Float64("pay-ratio", 0, "fraction of orders paid before their deadline")
+	storeURL := fs.String("store", "", "store URL (default: a fresh SQLite file in a temporary directory); with --target, the server's store, audited after the run")
+	timers := fs.String("timers", "memory", "timer backend of the in-process service: memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,… (keys under a prefix of the run's own, deleted afterwards)")
+	target := fs.String("target", "", "drive a running `lapse serve` at this URL (http://host:port) through its HTTP API instead of a service in this process")
+	apiToken := fs.String("api-token", "", "with --target: the server's bearer token")
+	callbackSecret := fs.String("callback-secret", "", "with --target: the server's callback secret, to sign the payment callbacks (needed with --pay-ratio > 0)")
+	orders := fs.Int("orders", 2000, "orders to create (with --duration: an upper bound, none unless given)")
+	var rate rateFlag
+	fs.Var(&rate, "rate", "orders created per second, open loop: 1000 or 1000/s (0: as fast as --concurrency allows)")
+	timeout := fs.Duration("timeout", 0, "each order's payment window; deadline = creation + timeout (default 5s with --rate or --duration)")
+	duration := fs.Duration("duration", 0, "keep creating orders at --rate for this long (a soak), then wait for the last deadlines")
+	grace := fs.Duration("grace", 0, "wait after expires_at before cancelling (the service's grace; lapse serve's default is 60s)")
+	lead := fs.Duration("lead", 5*time.Second, "without --rate/--timeout/--duration: time from the start to the first deadline (creation must finish within it)")
+	spread := fs.Duration("spread", time.Second, "without --rate/--timeout/--duration: window the deadlines are spread over")
+	payRatio := fs.Float64("pay-ratio", 0, "fraction of orders paid (payment started, then a signed success callback) before their deadline")
+	payAt := fs.String("pay-at", string(bench.PayRandom), "when payments start: near-deadline (just before expires_at) or random (any time before it)")
 	skus := fs.Int("skus", 100, "SKUs the orders spread over")
-	concurrency := fs.Int("concurrency", 8, "goroutines creating orders")
-	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	hotShare := fs.Float64("hot-sku-share", 0, "fraction of orders that all reserve one SKU (a flash sale)")
+	concurrency := fs.Int("concurrency", 0, "goroutines creating orders (default 8; 64 with --rate)")
+	killEvery := fs.Duration("kill-every", 0, "kill the in-process worker this often, without shutdown, and start a fresh one on the same store (a crash and a restart)")
+	flushRedisAt := fs.Duration("flush-redis-at", 0, "with --timers redis://…: this long into the run, delete every key of the run's timers from Redis, as a FLUSHALL would (lapse must notice, reseed from the store and still cancel everything)")
+	wait := fs.Duration("wait", time.Minute, "how long past the last deadline to wait for every cancel")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (in-process service included) to this file, for go tool pprof")
+	blockProfile := fs.String("blockprofile", "", "write a profile of where goroutines waited (locks, channels, the store's connection pool) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *storeURL == "" {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	usage := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "lapse bench: "+format+"\n", a...)
+		return errUsage
+	}
+
+	// Zero means "the default" in bench.Config; given on the command line it is a mistake.
+	for name, zero := range map[string]bool{
+		"orders": *orders == 0, "skus": *skus == 0, "timeout": *timeout == 0,
+		"lead": *lead == 0, "spread": *spread == 0, "wait": *wait == 0,
+	} {
+		if given[name] && zero {
+			return usage("--%s %s: want more than 0", name, fs.Lookup(name).Value)
+		}
+	}
+	cfg := bench.Config{
+		Orders: *orders, Rate: float64(rate), Timeout: *timeout, Duration: *duration,
+		PayRatio: *payRatio, PayAt: bench.PayAt(*payAt), SKUs: *skus, HotSKUShare: *hotShare,
+		Concurrency: *concurrency, KillEvery: *killEvery, Wait: *wait,
+	}
+	if given["lead"] {
+		cfg.Lead = *lead
+	}
+	if given["spread"] {
+		cfg.Spread = *spread
+	}
+	if *duration > 0 && !given["orders"] {
+		cfg.Orders = 0 // only the duration bounds the run
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *bench.ConfigError
+		if errors.As(err, &ce) && benchFlags[ce.Field] != "" {
+			return usage("%s %s", benchFlags[ce.Field], ce.Message)
+		}
+		return usage("%v", err)
+	}
+	if *grace < 0 {
+		return usage("--grace %s: must not be negative", *grace)
+	}
+	if *target != "" {
+		switch {
+		case *killEvery > 0:
+			return usage("--kill-every restarts a worker in this process; it does not combine with --target (restart the server yourself)")
+		case given["timers"]:
+			return usage("--timers is the in-process service's; with --target the server's own timers run")
+		case given["grace"]:
+			return usage("--grace is the in-process service's; with --target the server's applies (lapse serve --grace)")
+		case *payRatio > 0 && *callbackSecret == "":
+			return usage("--pay-ratio %v with --target: payments need --callback-secret (the server's), to sign the success callbacks", *payRatio)
+		}
+		if u, err := url.Parse(*target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usage("--target %q: want http://host:port", *target)
+		}
+	}
+	redisTimers := isRedisURL(*timers)
+	if *target == "" && !redisTimers {
+		if err := setTimers(&lapse.Config{}, *timers); err != nil {
+			return usage("%v", err)
+		}
+	}
+	var rdb goredis.UniversalClient
+	if *target == "" && redisTimers {
+		c, err := redis.ParseURL(*timers)
+		if err != nil {
+			return usage("--timers: %v", err)
+		}
+		rdb = c
+		defer rdb.Close()
+	}
+	if given["flush-redis-at"] {
+		switch {
+		case *target != "":
+			return usage("--flush-redis-at acts on the in-process service's Redis timers; it does not combine with --target")
+		case rdb == nil:
+			return usage("--flush-redis-at needs Redis timers (--timers redis://…)")
+		case *flushRedisAt < 0:
+			return usage("--flush-redis-at %s: must not be negative", *flushRedisAt)
+		}
+	}
+	progress := io.Writer(stderr)
+	if *asJSON {
+		progress = nil
+	}
+	cfg.Progress = progress
+
+	var (
+		t        bench.Target
+		st       store.Store
+		onWhat   string
+		err      error
+		storeArg = *storeURL
+	)
+	if storeArg == "" && *target == "" {
 		dir, err := os.MkdirTemp("", "lapse-bench-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		*storeURL = "sqlite://" + filepath.Join(dir, "bench.db")
+		storeArg = "sqlite://" + filepath.Join(dir, "bench.db")
 	}
-	st, err := openStore(ctx, *storeURL)
+	if storeArg != "" {
+		st, err = openStore(ctx, storeArg)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if *target == "" {
+			if err := st.Migrate(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if *target != "" {
+		t, err = bench.HTTP(bench.HTTPConfig{URL: *target, APIToken: *apiToken, CallbackSecret: *callbackSecret, Store: st})
+		if err != nil {
+			return err
+		}
+		onWhat = "lapse serve at " + *target
+	} else {
+		logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		if *killEvery > 0 {
+			// Killed workers log their interrupted batches; that is the point.
+			logger = slog.New(slog.DiscardHandler)
+		}
+		// Redis timers live under a prefix of this run's own, so a bench
+		// never mixes its timers with those of a lapse sharing the Redis.
+		prefix := fmt.Sprintf("lapse-bench-%d", time.Now().UnixNano())
+		if rdb != nil {
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if _, err := bench.DeleteRedisPrefix(ctx, rdb, prefix); err != nil {
+					fmt.Fprintf(stderr, "lapse bench: removing the run's keys (%s:*) from Redis: %v\n", prefix, err)
+				}
+			}()
+			if given["flush-redis-at"] {
+				cfg.Faults = append(cfg.Faults, bench.Fault{Name: "flush-redis", At: *flushRedisAt, Do: func(ctx context.Context) error {
+					_, err := bench.DeleteRedisPrefix(ctx, rdb, prefix)
+					return err
+				}})
+			}
+		}
+		t = bench.InProcess(st, func() (*lapse.Service, error) {
+			c := lapse.Config{Store: st, Sink: discardSink{}, Logger: logger, Grace: *grace}
+			if rdb != nil {
+				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
+				if err != nil {
+					return nil, err
+				}
+				c.Scheduler = s
+			} else if err := setTimers(&c, *timers); err != nil {
+				return nil, err
+			}
+			return lapse.New(c)
+		})
+		onWhat = fmt.Sprintf("%s + %s timers", redactURL(storeArg), redactURL(*timers))
+	}
+	fmt.Fprintf(stderr, "lapse bench: %s, on %s\n", describe(cfg, *grace, *target != ""), onWhat)
+	stopProfiles, err := startProfiles(*cpuProfile, *blockProfile)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		return err
-	}
-	cfg := lapse.Config{Store: st, Sink: discardSink{}, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
-	if err := setTimers(&cfg, *timers); err != nil {
-		return err
-	}
-	svc, err := lapse.New(cfg)
-	if err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	progress := stderr
-	if *asJSON {
-		progress = nil
-	}
-	fmt.Fprintf(stderr, "lapse bench: %d orders due over %s, %s from now, on %s + %s timers\n", *orders, *spread, *lead, redactURL(*storeURL), *timers)
-	res, err := bench.Run(ctx, svc, st, bench.Config{Orders: *orders, Lead: *lead, Spread: *spread, PayRatio: *payRatio,
-		SKUs: *skus, Concurrency: *concurrency, Progress: progress})
-	stop()
-	if rerr := <-done; err == nil && rerr != nil {
-		err = rerr
+	res, err := bench.Drive(ctx, t, cfg)
+	if perr := stopProfiles(); err == nil && perr != nil {
+		err = perr
 	}
 	if err != nil {
+		var ce *bench.ConfigError
+		if errors.As(err, &ce) {
+			return usage("%v", err)
+		}
 		return err
 	}
 	if *asJSON {
@@ -85,15 +266,148 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "orders        %d (created %.0f/s, paid %d, cancelled %d)\n", res.Orders, res.CreatedPerS, res.Paid, res.Cancelled)
-		fmt.Fprintf(stdout, "lateness ms   p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n",
-			res.LatenessMS.P50, res.LatenessMS.P90, res.LatenessMS.P99, res.LatenessMS.P999, res.LatenessMS.Max)
-		fmt.Fprintf(stdout, "early         %d\n", res.Early)
-		fmt.Fprintf(stdout, "drain         last cancel %.3fs after the last deadline\n", res.DrainSeconds)
-		fmt.Fprintf(stdout, "audit         %s\n", map[bool]string{true: "ok", false: fmt.Sprintf("FAILED %v", res.Audit)}[res.AuditOK])
+		printBench(stdout, res)
 	}
-	if !res.AuditOK || res.Early > 0 {
+	if res.Audit.Status == "failed" || res.Early > 0 {
 		return exitError{1}
 	}
 	return nil
+}
+
+// startProfiles starts the CPU profile and the block profile a run asked
+// for; stop writes them.
+func startProfiles(cpuFile, blockFile string) (stop func() error, err error) {
+	var cpu *os.File
+	if cpuFile != "" {
+		if cpu, err = os.Create(cpuFile); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, err
+		}
+	}
+	if blockFile != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond)) // waits of 10 µs and more, sampled
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		if blockFile != "" {
+			f, err := os.Create(blockFile)
+			if err == nil {
+				err = pprof.Lookup("block").WriteTo(f, 0)
+				errs = append(errs, err, f.Close())
+			} else {
+				errs = append(errs, err)
+			}
+			runtime.SetBlockProfileRate(0)
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// isRedisURL reports whether a --timers value names a Redis.
+func isRedisURL(spec string) bool {
+	scheme, _, ok := strings.Cut(spec, "://")
+	return ok && (scheme == "redis" || scheme == "rediss" || scheme == "unix" || scheme == "redis-cluster" || scheme == "rediss-cluster")
+}
+
+// describe says what the workload is, for the first line on stderr.
+func describe(c bench.Config, grace time.Duration, remote bool) string {
+	var b strings.Builder
+	switch {
+	case !c.OpenLoop():
+		lead, spread := c.Lead, c.Spread
+		if lead == 0 {
+			lead = 5 * time.Second
+		}
+		if spread == 0 {
+			spread = time.Second
+		}
+		fmt.Fprintf(&b, "%d orders due over %s, %s from now", c.Orders, spread, lead)
+	default:
+		timeout := c.Timeout
+		if timeout == 0 {
+			timeout = 5 * time.Second
+		}
+		if c.Rate > 0 {
+			fmt.Fprintf(&b, "%g orders/s", c.Rate)
+		} else {
+			b.WriteString("orders as fast as possible")
+		}
+		if c.Duration > 0 {
+			fmt.Fprintf(&b, " for %s", c.Duration)
+		}
+		if c.Orders > 0 {
+			fmt.Fprintf(&b, " (%d orders)", c.Orders)
+		}
+		fmt.Fprintf(&b, ", timeout %s", timeout)
+	}
+	if !remote {
+		fmt.Fprintf(&b, ", grace %s", grace)
+	}
+	if c.PayRatio > 0 {
+		fmt.Fprintf(&b, ", %g%% paid (%s)", c.PayRatio*100, c.PayAt)
+	}
+	skus := c.SKUs
+	if skus == 0 {
+		skus = 100
+	}
+	fmt.Fprintf(&b, ", %d SKUs", skus)
+	if c.HotSKUShare > 0 {
+		fmt.Fprintf(&b, " (%g%% of orders on one)", c.HotSKUShare*100)
+	}
+	if c.KillEvery > 0 {
+		fmt.Fprintf(&b, ", killing the worker every %s", c.KillEvery)
+	}
+	for _, f := range c.Faults {
+		fmt.Fprintf(&b, ", %s at %s", f.Name, f.At)
+	}
+	return b.String()
+}
+
+func printBench(w io.Writer, res bench.Result) {
+	fmt.Fprintf(w, "orders        %d created (%.0f/s), %d paid, %d cancelled", res.Orders, res.CreatedPerS, res.Paid, res.Cancelled)
+	if res.PayMissed > 0 {
+		fmt.Fprintf(w, " (%d of them too late to pay)", res.PayMissed)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "lateness ms   p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n",
+		res.LatenessMS.P50, res.LatenessMS.P90, res.LatenessMS.P99, res.LatenessMS.P999, res.LatenessMS.Max)
+	fmt.Fprintf(w, "early         %d\n", res.Early)
+	fmt.Fprintf(w, "drain         last cancel %.3fs after the last deadline\n", res.DrainSeconds)
+	if res.DBStatementsPerOrder != nil {
+		fmt.Fprintf(w, "db statements %.1f per order\n", *res.DBStatementsPerOrder)
+	} else {
+		fmt.Fprintf(w, "db statements not counted by this store\n")
+	}
+	if res.Restarts > 0 || res.SweepCaught > 0 {
+		fmt.Fprintf(w, "restarts      %d (fallback sweep caught %d)\n", res.Restarts, res.SweepCaught)
+	}
+	for _, f := range res.Faults {
+		switch {
+		case f.Skipped != "":
+			fmt.Fprintf(w, "fault         %s: not injected, %s\n", f.Name, f.Skipped)
+		case f.Error != "":
+			fmt.Fprintf(w, "fault         %s at %.1fs failed: %s\n", f.Name, f.AtS, f.Error)
+		default:
+			fmt.Fprintf(w, "fault         %s at %.1fs\n", f.Name, f.AtS)
+		}
+	}
+	switch res.Audit.Status {
+	case "ok":
+		fmt.Fprintf(w, "audit         ok\n")
+	case "skipped":
+		fmt.Fprintf(w, "audit         skipped: %s\n", res.Audit.Skipped)
+	default:
+		fmt.Fprintf(w, "audit         FAILED: %s\n", strings.Join(res.Audit.Violations, ", "))
+	}
+	if len(res.Audit.Warnings) > 0 {
+		fmt.Fprintf(w, "audit warns   %s\n", strings.Join(res.Audit.Warnings, ", "))
+	}
+	fmt.Fprintf(w, "took          %.1fs\n", res.Seconds)
 }
