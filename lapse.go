@@ -115,7 +115,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Scheduler == nil && !c.PollStore {
-		c.Scheduler = memory.New(memory.Config{})
+		c.Scheduler = memory.New(memory.Config{Gather: memory.DefaultGather})
 	}
 	if c.PollMaxSleep == 0 {
 		c.PollMaxSleep = time.Second

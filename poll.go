@@ -7,6 +7,7 @@ import (
 
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
+	"github.com/lapsehq/lapse/timer/memory"
 )
 
 // poller cancels due orders that the store finds itself (CancelDue in claim
@@ -27,19 +28,29 @@ type poller struct {
 	follow   bool // sleep until the store's next deadline (sql timers)
 	onCancel func(n int)
 
-	mu   sync.Mutex
-	plan time.Time // when the loop next wakes
-	wake chan struct{}
+	mu     sync.Mutex
+	plan   time.Time // when the loop next wakes; zero while it is awake
+	missed time.Time // the earliest deadline nudged while awake, for the next plan
+	wake   chan struct{}
 }
 
 func newPoller(s *Service, lag, maxSleep time.Duration, follow bool, onCancel func(int)) *poller {
 	return &poller{s: s, lag: lag, maxSleep: maxSleep, follow: follow, onCancel: onCancel, wake: make(chan struct{}, 1)}
 }
 
-// nudge wakes the loop if due is earlier than its plan.
+// nudge wakes the loop if due is earlier than its plan. While the loop is
+// awake the deadline is remembered for its next plan instead: waking it again
+// would cost an empty claim transaction per order created.
 func (p *poller) nudge(due time.Time) {
 	p.mu.Lock()
-	early := p.plan.IsZero() || due.Before(p.plan) // zero: awake, the next plan may miss it
+	if p.plan.IsZero() {
+		if p.missed.IsZero() || due.Before(p.missed) {
+			p.missed = due
+		}
+		p.mu.Unlock()
+		return
+	}
+	early := due.Before(p.plan)
 	p.mu.Unlock()
 	if early {
 		select {
@@ -79,6 +90,10 @@ func (p *poller) run(ctx context.Context) {
 			wait = p.untilNext(ctx, res.Now)
 		}
 		p.mu.Lock()
+		if !p.missed.IsZero() && p.follow {
+			wait = min(wait, max(time.Until(p.missed.Add(p.lag)), 0)+memory.DefaultGather)
+		}
+		p.missed = time.Time{}
 		p.plan = time.Now().Add(wait)
 		p.mu.Unlock()
 		sleep.Reset(wait)
@@ -101,8 +116,9 @@ func (p *poller) untilNext(ctx context.Context, now time.Time) time.Duration {
 	if err != nil || !ok {
 		return p.maxSleep
 	}
-	// The store's clock said now; sleep by the difference on ours.
-	return min(max(next.Add(p.lag).Sub(now), 0)+time.Millisecond, p.maxSleep)
+	// The store's clock said now; sleep by the difference on ours, plus the
+	// gather window so orders due a moment apart are cancelled in one batch.
+	return min(max(next.Add(p.lag).Sub(now), 0)+memory.DefaultGather, p.maxSleep)
 }
 
 // enqueueChecks hands the orders past their deadline that need a gateway

@@ -47,7 +47,7 @@ func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch {
 	case spec == "memory":
-		cfg.Scheduler = memory.New(memory.Config{})
+		cfg.Scheduler = memory.New(memory.Config{Gather: memory.DefaultGather})
 	case spec == "sql":
 		cfg.PollStore = true
 	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":

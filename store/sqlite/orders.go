@@ -452,7 +452,7 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 	if p.Confirmed {
 		confirmed = 1
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.txp(ctx, true, func(tx *sql.Tx) error {
 		res = store.CancelDueResult{Now: s.clock.Now()}
 		var cancelled []order.Order
 		var err error

@@ -76,9 +76,10 @@ func (c *Config) validate() error {
 
 // Store is the SQLite implementation of store.Store.
 type Store struct {
-	w     *sql.DB // the single writer
-	r     *sql.DB // readers
-	clock clock.Clock
+	w      *sql.DB // the single writer
+	r      *sql.DB // readers
+	clock  clock.Clock
+	writer writer // who gets w next
 }
 
 var _ store.Store = (*Store)(nil)
@@ -192,6 +193,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // tx runs fn in one write transaction, committed if fn returns nil.
 func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.txp(ctx, false, fn)
+}
+
+// txp is tx with a priority: urgent transactions (timeout cancels) get the
+// write connection before the others waiting for it.
+func (s *Store) txp(ctx context.Context, urgent bool, fn func(tx *sql.Tx) error) error {
+	if err := s.writer.lock(ctx, urgent); err != nil {
+		return fmt.Errorf("wait for the writer: %w", err)
+	}
+	defer s.writer.unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
