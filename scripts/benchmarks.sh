@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# benchmarks.sh — regenerate BENCHMARKS.md: the machine, the ceiling of its
+# Redis and PostgreSQL (scripts/ceiling.sh), lapse's timers side by side with
+# asynq and river (bench/compare), and `lapse bench` end to end, each with the
+# exact command that produced it.
+#
+#   bash scripts/benchmarks.sh [--out BENCHMARKS.md] [--quick]
+#
+# Needs Redis on 127.0.0.1:6379 (database 12 is used, keys under prefixes of
+# the run's own) and PostgreSQL on 127.0.0.1:5432 (database test, user
+# postgres; a schema per run, dropped after), redis-benchmark, pgbench, psql,
+# redis-cli, jq and Go. Takes about ten minutes; --quick runs everything at a
+# tenth of the size to check the script itself (its figures mean little).
+# Override the servers with LAPSE_BENCH_REDIS (redis://host:port/db) and
+# LAPSE_BENCH_POSTGRES (postgres://…); both must be on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=BENCHMARKS.md
+quick=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--out) out=$2; shift 2 ;;
+	--quick) quick=1; shift ;;
+	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "benchmarks.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+redis=${LAPSE_BENCH_REDIS:-redis://127.0.0.1:6379/12}
+pg=${LAPSE_BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
+die() { echo "benchmarks.sh: $*" >&2; exit 1; }
+for tool in go jq psql redis-cli redis-benchmark pgbench; do
+	command -v "$tool" >/dev/null || die "$tool not found"
+done
+[[ "$redis" =~ ^redis://([^/:]+):([0-9]+)/([0-9]+)$ ]] || die "LAPSE_BENCH_REDIS=$redis: want redis://host:port/db"
+redis_host=${BASH_REMATCH[1]} redis_port=${BASH_REMATCH[2]} redis_db=${BASH_REMATCH[3]}
+
+# Sizes: the issue's workload, and a burst of the same count all due at once.
+timers=20000 over=10s lead=10s burst_lead=20s ceiling_s=10 bench_scale=1
+if [ "$quick" = 1 ]; then
+	timers=2000 over=2s lead=6s burst_lead=6s ceiling_s=2 bench_scale=10
+fi
+
+tmp=$(mktemp -d)
+schemas=()
+cleanup() {
+	for s in "${schemas[@]}"; do
+		PGOPTIONS='-c client_min_messages=warning' psql "$pg" -qAt -c "DROP SCHEMA IF EXISTS $s CASCADE" >/dev/null 2>&1 || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+step() { printf '\nbenchmarks.sh: %s\n' "$*" >&2; }
+
+# --- The machine ---------------------------------------------------------------
+load_start=$(uptime | sed 's/.*load average: //')
+cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+mem=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+pg_version=$(psql "$pg" -qAt -c 'SHOW server_version')
+pg_settings=$(psql "$pg" -qAt -F '=' -c "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections') ORDER BY name" | paste -sd ' ' | sed 's/ /, /g')
+rinfo() { redis-cli -h "$redis_host" -p "$redis_port" INFO "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
+redis_version=$(rinfo server redis_version)
+redis_persist="appendonly $(redis-cli -h "$redis_host" -p "$redis_port" CONFIG GET appendonly | tail -1), save '$(redis-cli -h "$redis_host" -p "$redis_port" CONFIG GET save | tail -1)'"
+
+# --- 1. The ceiling --------------------------------------------------------------
+step "ceiling (scripts/ceiling.sh)"
+ceiling_cmd="bash scripts/ceiling.sh --redis $redis_host:$redis_port/$redis_db --postgres '$pg' --seconds $ceiling_s --clients 2 --pool-clients 10"
+bash scripts/ceiling.sh --redis "$redis_host:$redis_port/$redis_db" --postgres "$pg" --seconds "$ceiling_s" --clients 2 --pool-clients 10 \
+	--values "$tmp/ceiling.env" >"$tmp/ceiling.md"
+# shellcheck disable=SC1091
+. "$tmp/ceiling.env"
+# The ceiling wrote a million seeded orders: flush them to disk now, not
+# during the runs that follow (best effort: CHECKPOINT needs a privileged role).
+psql "$pg" -qAt -c CHECKPOINT >/dev/null 2>&1 || true
+
+# --- 2. Side by side ----------------------------------------------------------------
+compare() { # compare <name> <flags…>: run bench/compare, keep its JSON and table
+	local name=$1; shift
+	(cd bench/compare && go run . "$@" --redis "$redis" --postgres "$pg" --json --out "$tmp/$name.md") >"$tmp/$name.json"
+}
+spread_cmd="cd bench/compare && go run . --timers $timers --over $over --lead $lead --redis $redis --postgres '$pg'"
+step "side by side, $timers timers due over $over ($spread_cmd)"
+compare spread --timers "$timers" --over "$over" --lead "$lead"
+burst_cmd="cd bench/compare && go run . --timers $timers --over 0 --lead $burst_lead --redis $redis --postgres '$pg'"
+step "side by side, $timers timers all due at once ($burst_cmd)"
+compare burst --timers "$timers" --over 0 --lead "$burst_lead"
+
+# --- 3. lapse bench ----------------------------------------------------------------
+step "lapse bench"
+go build -o "$tmp/lapse" ./cmd/lapse
+bench_help=$("$tmp/lapse" bench -h 2>&1 || true)
+has() { grep -q -- "-$1 " <<<"$bench_help" || grep -q -- "-$1\$" <<<"$bench_help"; }
+has json || die "lapse bench has no --json flag"
+store=
+pgschema() { # a fresh schema: sets store to the URL using it
+	local s="lapsebench_$$_$((${#schemas[@]} + 1))"
+	PGOPTIONS='-c client_min_messages=warning' psql "$pg" -qAt -c "DROP SCHEMA IF EXISTS $s CASCADE; CREATE SCHEMA $s" >/dev/null
+	schemas+=("$s")
+	store="$pg&search_path=$s"
+}
+benches=()
+bench() { # bench <flags…>: run lapse bench with --json, keep the command and the result
+	local i=${#benches[@]}
+	benches+=("lapse bench $*")
+	echo "benchmarks.sh:   lapse bench $*" >&2
+	if ! "$tmp/lapse" bench "$@" --json >"$tmp/bench$i.json" 2>"$tmp/bench$i.err"; then
+		echo "{\"error\": $(tail -3 "$tmp/bench$i.err" | jq -Rs .)}" >"$tmp/bench$i.json"
+	fi
+}
+o2000=$((2000 / bench_scale)) o10000=$((10000 / bench_scale))
+bench --orders "$o2000" --spread 1s
+pgschema; bench --store "$store" --timers sql --orders "$o2000" --spread 1s
+pgschema; bench --store "$store" --timers memory --orders "$o2000" --spread 1s
+pgschema; bench --store "$store" --timers "$redis" --orders "$o10000" --spread 10s --lead 15s
+if has rate && has duration; then
+	rate=$((1000 / bench_scale))
+	pgschema; bench --store "$store" --timers "$redis" --rate "$rate" --duration 10s
+	pgschema; bench --store "$store" --timers sql --rate "$rate" --duration 10s
+fi
+load_end=$(uptime | sed 's/.*load average: //')
+
+# --- BENCHMARKS.md ----------------------------------------------------------------
+jqr() { jq -r "$@"; }
+# shellcheck disable=SC2016 # $s and $n are jq's variables, in jq programs
+rate_of() { jqr --arg s "$2" '.results[] | select(.system == $s) | .timers_per_s | floor' "$tmp/$1.json"; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "—"; else printf "%.0f%%", 100 * a / b }'; }
+commas() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
+# shellcheck disable=SC2016
+sched_rate() { jqr --arg s "$1" --argjson n "$timers" '.results[] | select(.system == $s) | if .schedule_failed == 0 and .schedule_s > 0 then ($n / .schedule_s | floor) else "" end' "$tmp/burst.json"; }
+
+{
+	cat <<EOF
+# Benchmarks
+
+Generated by \`bash scripts/benchmarks.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC') from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)'). Rerun it to
+regenerate this file; every table below names the command that produced it.
+
+These figures come from a **shared machine**: other work (builds, test suites) was running on
+the same two cores at the same time, so treat them as the order of magnitude on this class of
+machine, not as a ceiling of lapse. The load average is recorded at the start and the end.
+
+## The machine
+
+| | |
+| --- | --- |
+| CPUs | $(nproc) × $cpu_model |
+| memory | $mem |
+| kernel | $(uname -sr) |
+| Go | $(go version | awk '{ print $3 }') |
+| PostgreSQL | $pg_version ($pg_settings), on this machine |
+| Redis | $redis_version ($redis_persist), on this machine |
+| load average (1, 5, 15 min) | at the start $load_start; at the end $load_end |
+
+Everything runs on loopback: lapse, asynq and river in one Go process, with PostgreSQL and
+Redis on the same two cores.
+
+## 1. The ceiling: what this Redis and this PostgreSQL do raw
+
+\`$ceiling_cmd\`
+
+EOF
+	cat "$tmp/ceiling.md"
+	cat <<'EOF'
+
+A Redis timer is at least one ZADD (scheduled) and one ZREM (taken); the third row is how many
+timers per second one Redis could carry if that were all it did, with pipelined requests from
+50 connections. The batched cancel is lapse's cancel transaction written as a pgbench script
+(`scripts/pgbench_cancel.sql`: 200 orders updated by id list with the status guard, a ledger
+row each, the SKU counters locked and updated, an outbox event each), two clients; the create
+script is one order per transaction (`scripts/pgbench_create.sql`), the transaction behind
+every timer of lapse's sql backend, run with 2 clients and with 10 (as many as lapse's
+connection pool; concurrent commits share a WAL flush). Both are leaner than lapse's own
+transactions: no JSON of the whole order, no read of the clock, fewer round trips.
+
+EOF
+	cat <<EOF
+## 2. Side by side: $timers timers due over $over
+
+\`$spread_cmd\`
+
+EOF
+	cat "$tmp/spread.md"
+	cat <<EOF
+
+## 3. Side by side: $timers timers all due at once
+
+\`$burst_cmd\`
+
+EOF
+	cat "$tmp/burst.md"
+	lr=$(rate_of burst lapse-redis) lrt=$(rate_of burst lapse-redis-tuned)
+	lrs=$(sched_rate lapse-redis) lrts=$(sched_rate lapse-redis-tuned)
+	ls=$(rate_of burst lapse-sql) lst=$(rate_of burst lapse-sql-tuned)
+	lss=$(sched_rate lapse-sql) lsts=$(sched_rate lapse-sql-tuned)
+	row() { # row <what> <figure> <ceiling> <ceiling's name>
+		echo "| $1 | $(commas "$2")/s | $(commas "$3")/s ($4) | $(pct "$2" "$3") |"
+	}
+	cat <<EOF
+
+### lapse as a fraction of the ceiling
+
+From the burst above — every timer scheduled at once (scheduled/s: how fast the system took
+them in) and due at once (timers/s: how fast it delivered them) — against the ceiling of
+section 1, measured in the same run:
+
+| lapse | measured | ceiling | fraction |
+| --- | ---: | ---: | ---: |
+EOF
+	row "lapse-redis: timers scheduled" "$lrs" "$REDIS_ZADD" "Redis ZADD"
+	row "lapse-redis: timers claimed and delivered" "$lr" "$REDIS_ZREM" "Redis ZREM"
+	row "lapse-redis-tuned: timers scheduled" "$lrts" "$REDIS_ZADD" "Redis ZADD"
+	row "lapse-redis-tuned: timers claimed and delivered" "$lrt" "$REDIS_ZREM" "Redis ZREM"
+	row "lapse-sql: orders created" "$lss" "$PG_CREATE_POOL_TPS" "pgbench create, $PG_CREATE_POOL_CLIENTS clients"
+	row "lapse-sql: orders claimed and cancelled" "$ls" "$PG_CANCEL_ORDERS" "pgbench batched cancel, 2 clients"
+	row "lapse-sql-tuned: orders created" "$lsts" "$PG_CREATE_POOL_TPS" "pgbench create, $PG_CREATE_POOL_CLIENTS clients"
+	row "lapse-sql-tuned: orders claimed and cancelled" "$lst" "$PG_CANCEL_ORDERS" "pgbench batched cancel, 2 clients"
+	cat <<'EOF'
+
+lapse's Redis timers take one script call per schedule (ZADD, plus clearing a lease and its
+metadata; calls in flight are written in one pipeline) and one per batch of up to 200 due
+timers (ZRANGEBYSCORE, ZREM, ZADD to the lease set, metadata), then one to acknowledge the
+batch; redis-benchmark's ZADD and ZREM are single commands, pipelined 16 deep from 50
+connections. lapse's sql timers do the whole order: one transaction per order created (its
+SKU row, item, ledger row and event), one per batch of up to 200 cancels, with the JSON of
+each order written to the outbox; the default runs one claimer, pgbench two clients. The
+ceilings are reference figures, not hard limits: the pgbench scripts are leaner than lapse's
+transactions, but the create script runs on 10 connections while lapse creates from 16
+goroutines, and the load of this shared machine moves between measurements taken minutes
+apart. A fraction above 100% means lapse matched the reference, not that it beat the server.
+
+EOF
+	cat <<'EOF'
+## 4. `lapse bench`: the whole service, end to end
+
+Orders created through the service, cancelled by it at their deadline; lateness is
+`cancelled_at − cancel_after`, both stamped by the store's clock, and the audit checks every
+invariant afterwards.
+
+| command | orders | created/s | lateness p50 / p99 / max (ms) | early | audit |
+| --- | ---: | ---: | --- | ---: | --- |
+EOF
+	for i in "${!benches[@]}"; do
+		jq -r --arg cmd "${benches[$i]}" '
+			if .error then "| `\($cmd)` | — | — | failed: \(.error | gsub("\n"; " ")) | — | — |"
+			else "| `\($cmd)` | \(.orders) | \(.created_per_s | round) | \(.lateness_ms.p50) / \(.lateness_ms.p99) / \(.lateness_ms.max) | \(.early) | \(.audit.status) |"
+			end' "$tmp/bench$i.json" | sed "s#$pg#postgres://…#g"
+	done
+	cat <<'EOF'
+
+`postgres://…` is `postgres://postgres@127.0.0.1:5432/test?sslmode=disable` with
+`&search_path=` a schema the script creates before the run and drops after.
+
+## What the numbers mean
+
+**timers/s.** Delivered timers divided by the time from the first due time to the last
+delivery. In section 2 the timers fall due at a steady rate, so a system that keeps up shows
+that rate and its lateness stays small; one that falls behind shows less, and its lateness grows
+towards the end of the window. In section 3 everything is due at once, and the figure is how
+fast the system drains a backlog.
+
+**Lateness** is delivery time minus due time, per timer, signed: p50, p99 and the maximum over
+all timers. For the systems with a handler (lapse memory and redis, asynq, river) a delivery is
+the moment the handler is called, and the handler only notes the time. lapse's sql timers have
+no handler: the timer is the order row, and it counts as delivered when the transaction that
+claimed it — and cancelled the order, released its stock, wrote its ledger row and its outbox
+event — has committed. That is more work per timer than any other row does, and it is lapse's
+real cancel path.
+
+**Early** counts deliveries before the due time, with the earliest in brackets. lapse never
+fires early: its Redis scores are due times rounded up to the millisecond, and the store
+guards `cancel_after <= now`. asynq stores a task's time as whole Unix seconds, truncated, and
+forwards every task whose second has begun, so a task can run up to a second before its time;
+in the tuned configuration, which forwards every 50 ms, most tasks do. In a cancel service an
+early fire is harmless only if the handler checks the deadline again.
+
+**Defaults against tuned.** asynq's default forwarder looks for due tasks every 5 s, so its
+timers are up to 5 s late, and its default concurrency is the number of CPUs (2 here). River's
+scheduler makes jobs due within the next 5 s available every 5 s (fixed), and its producers
+look for available jobs every `FetchPollInterval` (1 s by default) and, while there are more,
+at most once per `FetchCooldown` (100 ms), taking up to `MaxWorkers` jobs a time: with
+these defaults a timer is up to about a second late while the queue keeps up, a queue runs
+about 100 jobs per 100 ms at most (near 1,000 a second), and a timer set less than 5 s ahead
+can wait for the scheduler's next run. lapse's memory and redis schedulers sleep until the
+next due time, so they need no tuning for lateness; the tuned redis variant only adds workers.
+lapse's sql poller sleeps until the next deadline in the table; the tuned variant runs two
+instances that share the claims through `FOR UPDATE SKIP LOCKED`.
+
+**CPU s, process** is the CPU time (user + system) of the one Go process while the system ran,
+from the first timer scheduled to the last delivered: the system under test **and** the load
+generator that schedules the timers and records the deliveries (the same generator for every
+system). **CPU s, server** is the server's CPU over the same interval: for PostgreSQL, the
+backends serving this run's connections (read from `/proc`; the WAL writer and checkpointer
+are not counted); for Redis, all of redis-server, which on a shared machine includes other
+clients' commands.
+
+**lapse's sql timers and this machine's limit.** Each sql timer is an order, created in a
+transaction of its own. Compare section 2's rate with the create rows of section 1: creating
+orders at that rate keeps PostgreSQL near what it commits on these two cores, so order
+creation, the cancels and the outbox relay compete for it, and the sql rows' lateness varies
+much from one run to the next. A note under a table says when creating the orders could not
+keep the pace. In the burst, the orders are all created before any is due, and the drain is
+the claim-and-cancel transactions alone (and the relay publishing their events).
+
+**Duplicates and missing.** A duplicate is a second delivery of a timer; missing is a timer not
+delivered within 30 s of the last due time. No process crashed in these runs, so no lease or
+visibility timeout had a reason to run out: a nonzero count in either column is a finding.
+EOF
+} >"$out"
+step "wrote $out"
