@@ -3,13 +3,11 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -264,7 +262,7 @@ func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
 func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
 	after, afterID := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}, ""
 	if p.Cursor != "" {
-		c, id, err := decodeCursor(p.Cursor)
+		c, id, err := store.DecodeCursor(p.Cursor)
 		if err != nil {
 			return store.ListOrdersResult{}, err
 		}
@@ -278,35 +276,7 @@ func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store
 	if err != nil {
 		return store.ListOrdersResult{}, fmt.Errorf("list orders: %w", err)
 	}
-	res := store.ListOrdersResult{Orders: os}
-	if len(os) > limit {
-		res.Orders = os[:limit]
-		last := res.Orders[limit-1]
-		res.NextCursor = encodeCursor(last.CreatedAt, last.ID)
-	}
-	return res, nil
-}
-
-// The cursor is the (created_at in Unix ms, id) of a page's last order,
-// opaque to callers.
-func encodeCursor(created time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created.UnixMilli(), 10) + "|" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", store.ErrInvalidCursor
-	}
-	num, id, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return time.Time{}, "", store.ErrInvalidCursor
-	}
-	ms, err := strconv.ParseInt(num, 10, 64)
-	if err != nil {
-		return time.Time{}, "", store.ErrInvalidCursor
-	}
-	return time.UnixMilli(ms).UTC(), id, nil
+	return store.Page(os, limit), nil
 }
 
 // StartPayment implements store.Orders.

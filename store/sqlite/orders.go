@@ -3,13 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -250,11 +247,11 @@ func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
 func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
 	afterCreated, afterID := int64(math.MaxInt64), ""
 	if p.Cursor != "" {
-		c, id, err := decodeCursor(p.Cursor)
+		c, id, err := store.DecodeCursor(p.Cursor)
 		if err != nil {
 			return store.ListOrdersResult{}, err
 		}
-		afterCreated, afterID = c, id
+		afterCreated, afterID = ms(c), id
 	}
 	limit := p.Limit
 	if limit <= 0 {
@@ -264,33 +261,7 @@ func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store
 	if err != nil {
 		return store.ListOrdersResult{}, fmt.Errorf("list orders: %w", err)
 	}
-	res := store.ListOrdersResult{Orders: os}
-	if len(os) > limit {
-		res.Orders = os[:limit]
-		last := res.Orders[limit-1]
-		res.NextCursor = encodeCursor(ms(last.CreatedAt), last.ID)
-	}
-	return res, nil
-}
-
-func encodeCursor(created int64, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created, 10) + "|" + id))
-}
-
-func decodeCursor(c string) (int64, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0, "", store.ErrInvalidCursor
-	}
-	num, id, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return 0, "", store.ErrInvalidCursor
-	}
-	created, err := strconv.ParseInt(num, 10, 64)
-	if err != nil {
-		return 0, "", store.ErrInvalidCursor
-	}
-	return created, id, nil
+	return store.Page(os, limit), nil
 }
 
 // StartPayment implements store.Orders.
