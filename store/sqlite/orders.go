@@ -311,6 +311,12 @@ func (s *Store) replayed(ctx context.Context, tx *sql.Tx, now time.Time, p store
 	return n == 0, err
 }
 
+// replay answers a replayed callback with the order as it is.
+func replay(ctx context.Context, tx *sql.Tx, p store.PaymentParams) (store.PaymentResult, error) {
+	o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+}
+
 // CompletePayment implements store.Orders.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
@@ -318,8 +324,7 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		now := s.clock.Now()
 		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
 			if err == nil {
-				res.Outcome = store.OutcomeReplayed
-				res.Order, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+				res, err = replay(ctx, tx, p)
 			}
 			return err
 		}
@@ -362,8 +367,7 @@ func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.P
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if seen, err := s.replayed(ctx, tx, s.clock.Now(), p); err != nil || seen {
 			if err == nil {
-				res.Outcome = store.OutcomeReplayed
-				res.Order, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
+				res, err = replay(ctx, tx, p)
 			}
 			return err
 		}
