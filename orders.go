@@ -68,6 +68,11 @@ func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (Create
 		s.metrics.created.Inc()
 		s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
 		s.scheduleReminder(ctx, res.Order)
+	} else if res.Order.Status == order.Pending {
+		// The first request may have committed without reaching its
+		// schedule (its answer was lost: that is why the client retries).
+		// Setting the timer again is harmless: Schedule is an upsert.
+		s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
 	}
 	return CreateOrderResult{Order: res.Order, Replayed: res.Replayed}, nil
 }

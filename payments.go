@@ -65,7 +65,10 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 		if err != nil {
 			return res, err
 		}
-		if res.Outcome == store.OutcomeFailed {
+		// Also on a duplicate of a report that failed the payment: the first
+		// may have committed without reaching this (its answer lost, so the
+		// gateway sent it again). Schedule is an upsert.
+		if res.Order.Status == order.Pending {
 			s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
 		}
 		return res, nil

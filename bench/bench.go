@@ -85,6 +85,18 @@ type Config struct {
 	KillEvery time.Duration
 	// Faults are injected at their time during the run.
 	Faults []Fault
+	// RetryFor, when set, retries for up to this long a create, a payment
+	// step or a read of the results that failed for a reason other than the
+	// service refusing it (a connection cut, a database away: the faults
+	// that restart the database need it), counted in Result.Retries.
+	// Creates then carry an Idempotency-Key (their order id), so that a
+	// create whose first attempt committed unbeknown to the harness is
+	// replayed, never made twice.
+	RetryFor time.Duration
+	// Chaos, when set, is the proxies between the service and its servers
+	// (the caller makes them, points the service at them and closes them
+	// after the run); Result.Chaos reports them.
+	Chaos *Chaos
 	// Wait bounds how long the run waits past the last deadline for every
 	// cancel. Defaults to 60 s.
 	Wait time.Duration
@@ -99,7 +111,9 @@ type Config struct {
 type Fault struct {
 	Name string
 	At   time.Duration // from the start of the run
-	Do   func(ctx context.Context) error
+	// Do injects the fault and says what it did, for the report ("deleted
+	// 412 keys"); the run goes on while it runs.
+	Do func(ctx context.Context) (string, error)
 }
 
 // ConfigError is a Config that cannot run. Field names the Config field.
@@ -203,6 +217,8 @@ func (c *Config) validate() error {
 		return configError("Concurrency", "%d: want 1 to 10000", c.Concurrency)
 	case c.KillEvery < 0 || (c.KillEvery > 0 && c.KillEvery < 10*time.Millisecond):
 		return configError("KillEvery", "%s: want at least 10ms (or 0: never)", c.KillEvery)
+	case c.RetryFor < 0:
+		return configError("RetryFor", "%s: must not be negative", c.RetryFor)
 	case c.Wait < 0:
 		return configError("Wait", "%s: must not be negative", c.Wait)
 	case c.AllowedLag < 0:
@@ -239,10 +255,12 @@ type AuditResult struct {
 
 // FaultResult is one fault of the run: when it happened, or why it did not.
 type FaultResult struct {
-	Name    string  `json:"name"`
-	AtS     float64 `json:"at_s"`
-	Error   string  `json:"error,omitempty"`
-	Skipped string  `json:"skipped,omitempty"`
+	Name string  `json:"name"`
+	AtS  float64 `json:"at_s"`
+	// Detail is what the fault did, in its words.
+	Detail  string `json:"detail,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Result is what a run measured.
@@ -276,6 +294,10 @@ type Result struct {
 	// backend lost (or had not delivered SweepLag after their deadline).
 	SweepCaught int           `json:"sweep_caught"`
 	Faults      []FaultResult `json:"faults,omitempty"`
+	// Retries counts calls retried after a failure (Config.RetryFor).
+	Retries int `json:"retries"`
+	// Chaos is the network the run went through (Config.Chaos).
+	Chaos *ChaosResult `json:"chaos,omitempty"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
@@ -314,8 +336,8 @@ type run struct {
 	start time.Time
 	base  counts // the service's metrics before the run
 
-	created, paid, payMissed, restarts atomic.Int64
-	createStart, createEnd             time.Time
+	created, paid, payMissed, restarts, retries atomic.Int64
+	createStart, createEnd                      time.Time
 
 	mu           sync.Mutex
 	dues         []int64   // cancel_after (unix ns) of the orders that will time out
@@ -388,6 +410,11 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	stopFaults()
 	stopProgress()
 	res.Restarts = int(r.restarts.Load())
+	res.Retries = int(r.retries.Load())
+	if r.cfg.Chaos != nil {
+		cr := r.cfg.Chaos.Result()
+		res.Chaos = &cr
+	}
 	res.Paid = int(r.paid.Load())
 	res.PayMissed = int(r.payMissed.Load())
 	r.mu.Lock()
@@ -435,7 +462,14 @@ func later(a, b time.Time) time.Time {
 
 func (r *run) audit(ctx context.Context) (AuditResult, error) {
 	out := AuditResult{Violations: []string{}}
-	rep, skipped, err := r.t.audit(ctx, store.AuditParams{AllowedLag: r.cfg.AllowedLag})
+	var (
+		rep     *store.AuditReport
+		skipped string
+	)
+	err := r.retry(ctx, func() (err error) {
+		rep, skipped, err = r.t.audit(ctx, store.AuditParams{AllowedLag: r.cfg.AllowedLag})
+		return err
+	})
 	if err != nil {
 		return out, fmt.Errorf("bench: audit: %w", err)
 	}
@@ -465,26 +499,50 @@ func (r *run) audit(ctx context.Context) (AuditResult, error) {
 func (r *run) waitCancels(ctx context.Context) ([]order.Order, error) {
 	want := int(r.created.Load() - r.paid.Load())
 	r.mu.Lock()
-	deadline := later(r.lastDue, time.Now()).Add(r.cfg.Wait)
+	lastDue := r.lastDue
 	r.mu.Unlock()
-	// The metrics say when to look; the store's rows are what counts.
+	deadline := later(lastDue, time.Now()).Add(r.cfg.Wait)
+	// The metrics say when to look; the store's rows are what counts. A
+	// cancel batch that committed while its connection was cut is in the
+	// rows but not in the metrics (the service never heard of its commit):
+	// when the count stands still past the last deadline, the rows are read
+	// after 1 s, then 2 s, 4 s… of standstill.
+	seen, still, standstill := -1.0, time.Now(), time.Second
 	for {
 		c, err := r.t.counts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if int(c.minus(r.base).cancelled) >= want {
+		n := c.minus(r.base).cancelled
+		if int(n) >= want || time.Now().After(deadline) {
 			break
 		}
-		if time.Now().After(deadline) {
-			break
+		if n != seen {
+			seen, still = n, time.Now()
+		} else if time.Since(still) > standstill && time.Now().After(lastDue) {
+			var got []order.Order
+			err := r.retry(ctx, func() (err error) {
+				got, err = r.listCancelled(ctx)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			if len(got) >= want {
+				return got, nil
+			}
+			still, standstill = time.Now(), 2*standstill
 		}
 		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
 			return nil, ctx.Err()
 		}
 	}
 	for {
-		got, err := r.listCancelled(ctx)
+		var got []order.Order
+		err := r.retry(ctx, func() (err error) {
+			got, err = r.listCancelled(ctx)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -191,6 +191,16 @@ func TestBenchRunDrivesARunningService(t *testing.T) {
 	if res.Orders != 100 || res.Paid+res.Cancelled != 100 || res.Early != 0 || !res.AuditOK || res.Audit.Status != "ok" {
 		t.Fatalf("result %+v", res)
 	}
+	// The SQLite store counts its statements: a create alone is 8, and every
+	// order is also paid or cancelled.
+	switch p := res.DBStatementsPerOrder; {
+	case p == nil:
+		t.Error("db_statements_per_order = null, want a count from the store")
+	case *p < 8 || *p > 100:
+		t.Errorf("db_statements_per_order = %.1f, want 8 to 100", *p)
+	default:
+		t.Logf("db_statements_per_order = %.1f", *p)
+	}
 	if _, err := Drive(ctx, Running(svc, st), Config{Orders: 10, Rate: 100, KillEvery: time.Second}); err == nil {
 		t.Fatal("KillEvery on a service the caller runs: no error")
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -66,6 +68,46 @@ func DeleteRedisPrefix(ctx context.Context, rdb goredis.UniversalClient, prefix 
 	return deleteOn(ctx, rdb)
 }
 
+// TerminatePostgresBackends ends, from a connection of its own to the
+// server that url names, every backend whose application_name is appName —
+// with the error a restarting server sends its clients (FATAL 57P01,
+// terminating connection due to administrator command) — and returns how
+// many it ended. Given the application_name of one run's connections, it
+// touches no other client of the server.
+func TerminatePostgresBackends(ctx context.Context, url, appName string) (int, error) {
+	if appName == "" {
+		return 0, errors.New("bench: terminate backends: empty application_name")
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return 0, fmt.Errorf("bench: terminate backends: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = appName + "-admin" // never one of them
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("bench: terminate backends: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// pg_terminate_backend in the select list, so that it runs only on the
+	// rows the WHERE clause kept.
+	rows, err := conn.Query(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, appName)
+	if err != nil {
+		return 0, fmt.Errorf("bench: terminate backends: %w", err)
+	}
+	ended, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return 0, fmt.Errorf("bench: terminate backends: %w", err)
+	}
+	n := 0
+	for _, ok := range ended {
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // killer restarts the worker every KillEvery until stopped.
 func (r *run) killer(ctx context.Context) (stop func()) {
 	if r.cfg.KillEvery <= 0 {
@@ -114,7 +156,9 @@ func (r *run) injectFaults(ctx context.Context) (stop func()) {
 				fr.Skipped = "the run stopped first"
 			case <-t.C:
 				fr.AtS = time.Since(r.start).Seconds()
-				if err := f.Do(ctx); err != nil {
+				detail, err := f.Do(ctx)
+				fr.Detail = detail
+				if err != nil {
 					fr.Error = err.Error()
 					r.fail(fmt.Errorf("bench: fault %s: %w", f.Name, err))
 				}

@@ -169,27 +169,31 @@ func (t *httpTarget) setStock(ctx context.Context, sku string, available int64) 
 	return t.call(ctx, http.MethodPut, "/v1/skus/"+url.PathEscape(sku), nil, body, nil)
 }
 
-func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration) (order.Order, error) {
+func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error) {
 	body, _ := json.Marshal(map[string]any{
 		"id":              id,
 		"items":           []map[string]any{{"sku": sku, "qty": 1}},
 		"amount_cents":    amountCents,
 		"timeout_seconds": timeout.Seconds(),
 	})
+	if idempotencyKey == "" {
+		idempotencyKey = id // the retries of a 5xx in call need one
+	}
 	var o order.Order
-	err := t.call(ctx, http.MethodPost, "/v1/orders", http.Header{"Idempotency-Key": {id}}, body, &o)
+	err := t.call(ctx, http.MethodPost, "/v1/orders", http.Header{"Idempotency-Key": {idempotencyKey}}, body, &o)
 	return o, err
 }
 
-func (t *httpTarget) pay(ctx context.Context, o order.Order) error {
-	err := t.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(o.ID)+"/pay", nil, nil, nil)
+func (t *httpTarget) startPayment(ctx context.Context, id string) error {
+	err := t.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/pay", nil, nil, nil)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict && (ae.Code == "order_expired" || ae.Code == "order_not_pending") {
 		return errPayMissed
 	}
-	if err != nil {
-		return err
-	}
+	return err
+}
+
+func (t *httpTarget) completePayment(ctx context.Context, o order.Order) error {
 	body, _ := json.Marshal(map[string]any{
 		"order_id": o.ID, "payment_id": "bench-" + o.ID, "status": "SUCCEEDED", "amount_cents": o.AmountCents,
 	})
@@ -198,6 +202,7 @@ func (t *httpTarget) pay(ctx context.Context, o order.Order) error {
 		Order  order.Order `json:"order"`
 	}
 	// Signed per attempt: a retried callback is a new message, not a replay.
+	var err error
 	for attempt := 0; ; attempt++ {
 		h := http.Header{payment.SignatureHeader: {payment.Sign([]byte(t.cfg.CallbackSecret), time.Now(), body)}}
 		var retry bool
@@ -211,7 +216,7 @@ func (t *httpTarget) pay(ctx context.Context, o order.Order) error {
 		return err
 	}
 	if res.Order.Status != order.Paid {
-		return fmt.Errorf("bench: payment callback %s: result %q, order %s, want PAID", o.ID, res.Result, res.Order.Status)
+		return fmt.Errorf("bench: payment callback %s: result %q, order %s: %w", o.ID, res.Result, res.Order.Status, errNotPaid)
 	}
 	return nil
 }

@@ -21,11 +21,15 @@ type Target interface {
 	// stop releases it; the run is over.
 	stop()
 	setStock(ctx context.Context, sku string, available int64) error
-	create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration) (order.Order, error)
-	// pay starts a payment and reports its success, as buyer and gateway
-	// would. errPayMissed: the order could no longer be paid (expired or
-	// already cancelled); it will be cancelled.
-	pay(ctx context.Context, o order.Order) error
+	// create places an order, with idempotencyKey when it is not empty.
+	create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error)
+	// startPayment starts a payment, as the buyer would (PENDING → PAYING;
+	// an order already PAYING is fine). errPayMissed: the order could no
+	// longer be paid (expired or already cancelled); it will be cancelled.
+	startPayment(ctx context.Context, id string) error
+	// completePayment reports the payment's success, as the gateway would.
+	// errNotPaid: the order did not end PAID.
+	completePayment(ctx context.Context, o order.Order) error
 	// counts reads the service's metrics, summed over restarts.
 	counts(ctx context.Context) (counts, error)
 	// listCancelled pages through CANCELLED orders, newest first, until fn
@@ -42,6 +46,7 @@ type Target interface {
 
 var (
 	errPayMissed = errors.New("bench: order could no longer be paid")
+	errNotPaid   = errors.New("bench: order not paid after its payment succeeded")
 	errNoRestart = errors.New("bench: this target cannot restart a worker")
 )
 
@@ -154,19 +159,17 @@ func (t *inProcess) setStock(ctx context.Context, sku string, available int64) e
 	return err
 }
 
-func (t *inProcess) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration) (order.Order, error) {
+func (t *inProcess) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error) {
 	svc, done := t.svc()
 	defer done()
 	r, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
 		ID: id, Items: []order.Item{{SKU: sku, Qty: 1}}, AmountCents: amountCents, Timeout: timeout,
+		IdempotencyKey: idempotencyKey,
 	})
 	return r.Order, err
 }
 
-func (t *inProcess) pay(ctx context.Context, o order.Order) error {
-	if err := t.startPayment(ctx, o.ID); err != nil {
-		return err
-	}
+func (t *inProcess) completePayment(ctx context.Context, o order.Order) error {
 	svc, done := t.svc()
 	defer done()
 	res, err := svc.Notify(ctx, lapse.Notification{
@@ -176,7 +179,7 @@ func (t *inProcess) pay(ctx context.Context, o order.Order) error {
 		return fmt.Errorf("bench: payment callback %s: %w", o.ID, err)
 	}
 	if res.Order.Status != order.Paid {
-		return fmt.Errorf("bench: payment callback %s: order is %s, want PAID", o.ID, res.Order.Status)
+		return fmt.Errorf("bench: payment callback %s: order is %s: %w", o.ID, res.Order.Status, errNotPaid)
 	}
 	return nil
 }

@@ -80,7 +80,15 @@ func (r *run) create(ctx context.Context) {
 					}
 				}
 				startOnce.Do(func() { r.createStart = time.Now() })
-				o, err := r.t.create(ctx, fmt.Sprintf("%s%07d", r.prefix, i), r.sku(i), 1000, timeout)
+				id, key := fmt.Sprintf("%s%07d", r.prefix, i), ""
+				if r.cfg.RetryFor > 0 {
+					key = id // a retry whose first attempt committed replays it
+				}
+				var o order.Order
+				err := r.retry(ctx, func() (err error) {
+					o, err = r.t.create(ctx, id, r.sku(i), 1000, timeout, key)
+					return err
+				})
 				if err != nil {
 					if ctx.Err() == nil {
 						r.fail(fmt.Errorf("bench: create: %w", err))
@@ -144,7 +152,15 @@ func (r *run) schedulePayment(ctx context.Context, o order.Order, i int64) {
 		if ctx.Err() != nil {
 			return
 		}
-		switch err := r.t.pay(ctx, o); {
+		// Each step on its own: retrying the start of a payment that went
+		// through is harmless (PAYING stays PAYING), and so is retrying its
+		// success (PAID stays PAID); starting the payment of a PAID order
+		// again is not.
+		err := r.retry(ctx, func() error { return r.t.startPayment(ctx, o.ID) })
+		if err == nil {
+			err = r.retry(ctx, func() error { return r.t.completePayment(ctx, o) })
+		}
+		switch {
 		case err == nil:
 			r.paid.Add(1)
 		case errors.Is(err, errPayMissed):

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/url"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer/redis"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -78,6 +80,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	concurrency := fs.Int("concurrency", 0, "goroutines creating orders (default 8; 64 with --rate)")
 	killEvery := fs.Duration("kill-every", 0, "kill the in-process worker this often, without shutdown, and start a fresh one on the same store (a crash and a restart)")
 	flushRedisAt := fs.Duration("flush-redis-at", 0, "with --timers redis://…: this long into the run, delete every key of the run's timers from Redis, as a FLUSHALL would (lapse must notice, reseed from the store and still cancel everything)")
+	restartDBAt := fs.Duration("restart-db-at", 0, "this long into the run, take the database away and bring it back, as a restart does to its clients: run --restart-db-cmd, or else cut every connection of the run (PostgreSQL: pg_terminate_backend on the run's application_name; through a proxy of the run's) and refuse new ones for --restart-db-down. Creates, payments and reads that fail meanwhile are retried, creates with an Idempotency-Key")
+	restartDBCmd := fs.String("restart-db-cmd", "", "with --restart-db-at: a shell command (sh -c) that restarts the database, e.g. 'pg_ctlcluster 15 main restart'; the fault lasts until it exits (an exit status other than 0 fails the run). Needed with --target")
+	restartDBDown := fs.Duration("restart-db-down", time.Second, "with --restart-db-at and no --restart-db-cmd: how long the database stays away (new connections refused)")
+	chaosLatency := fs.Duration("chaos-latency", 0, "put a proxy (toxiproxy, in this process) between the in-process service and its servers — the store's PostgreSQL or MySQL, and Redis timers — that delays every answer by this much: one round trip costs this much more (whole milliseconds)")
+	chaosJitter := fs.Duration("chaos-jitter", 0, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
 	wait := fs.Duration("wait", time.Minute, "how long past the last deadline to wait for every cancel")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (in-process service included) to this file, for go tool pprof")
@@ -146,9 +153,52 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("%v", err)
 		}
 	}
+	if err := checkChaos(given, *target != "", *storeURL, *timers, *chaosLatency, *chaosJitter); err != nil {
+		return usage("%v", err)
+	}
+	if err := checkRestartDB(given, *target != "", *storeURL, *restartDBAt, *restartDBCmd, *restartDBDown); err != nil {
+		return usage("%v", err)
+	}
+	if given["restart-db-at"] {
+		// The MySQL driver logs every connection cut, on a logger of its
+		// own that each store URL takes when parsed.
+		_ = gomysql.SetLogger(log.New(io.Discard, "", 0))
+	}
+	// The proxies of the run: for --chaos-latency, and for --restart-db-at
+	// without a command (cutting the run's connections, and only them, is
+	// what the proxy is for). They outlive everything that dials them.
+	var (
+		chaos      *bench.Chaos
+		storeDial  = *storeURL // the store URL the run opens (a proxy's)
+		timersDial = *timers
+		appName    string // the run's application_name on PostgreSQL, for --restart-db-at
+	)
+	if *target == "" && (given["chaos-latency"] || (given["restart-db-at"] && *restartDBCmd == "")) {
+		c, err := bench.NewChaos(bench.ChaosConfig{Latency: *chaosLatency, Jitter: *chaosJitter})
+		if err != nil {
+			return usage("%v", err)
+		}
+		chaos = c
+		defer chaos.Close()
+		if given["restart-db-at"] && strings.HasPrefix(*storeURL, "postgres") {
+			appName = runName("lapse-bench-")
+			if storeDial, err = withApplicationName(storeDial, appName); err != nil {
+				return usage("--store: %v", err)
+			}
+		}
+		if storeDial, err = chaos.ProxyURL("store", storeDial); err != nil {
+			return usage("--store: %v", err)
+		}
+		if given["chaos-latency"] && redisTimers {
+			if timersDial, err = chaos.ProxyURL("redis", timersDial); err != nil {
+				return usage("--timers: %v", err)
+			}
+		}
+		cfg.Chaos = chaos
+	}
 	var rdb goredis.UniversalClient
 	if *target == "" && redisTimers {
-		c, err := redis.ParseURL(*timers)
+		c, err := redis.ParseURL(timersDial)
 		if err != nil {
 			return usage("--timers: %v", err)
 		}
@@ -187,7 +237,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		storeArg = "sqlite://" + filepath.Join(dir, "bench.db")
 	}
 	if storeArg != "" {
-		st, err = openStore(ctx, storeArg)
+		dial := storeArg
+		if chaos != nil {
+			dial = storeDial
+		}
+		st, err = openStore(ctx, dial)
 		if err != nil {
 			return err
 		}
@@ -206,8 +260,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		onWhat = "lapse serve at " + *target
 	} else {
 		logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		if *killEvery > 0 {
-			// Killed workers log their interrupted batches; that is the point.
+		if *killEvery > 0 || given["restart-db-at"] {
+			// Killed workers log their interrupted batches, and every batch
+			// fails while the database is away; that is the point.
 			logger = slog.New(slog.DiscardHandler)
 		}
 		// Redis timers live under a prefix of this run's own, so a bench
@@ -222,9 +277,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 			}()
 			if given["flush-redis-at"] {
-				cfg.Faults = append(cfg.Faults, bench.Fault{Name: "flush-redis", At: *flushRedisAt, Do: func(ctx context.Context) error {
-					_, err := bench.DeleteRedisPrefix(ctx, rdb, prefix)
-					return err
+				cfg.Faults = append(cfg.Faults, bench.Fault{Name: "flush-redis", At: *flushRedisAt, Do: func(ctx context.Context) (string, error) {
+					n, err := bench.DeleteRedisPrefix(ctx, rdb, prefix)
+					return fmt.Sprintf("deleted %d keys", n), err
 				}})
 			}
 		}
@@ -242,6 +297,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return lapse.New(c)
 		})
 		onWhat = fmt.Sprintf("%s + %s timers", redactURL(storeArg), redactURL(*timers))
+		if chaos != nil {
+			onWhat += describeChaos(chaos.Result())
+		}
+	}
+	if given["restart-db-at"] {
+		cfg.Faults = append(cfg.Faults, restartDBFault(*restartDBAt, *restartDBCmd, *restartDBDown, chaos, *storeURL, appName))
+		// While the database is away, calls fail; they are retried as a
+		// client would, long enough for a slow restart.
+		cfg.RetryFor = 30 * time.Second
 	}
 	fmt.Fprintf(stderr, "lapse bench: %s, on %s\n", describe(cfg, *grace, *target != ""), onWhat)
 	stopProfiles, err := startProfiles(*cpuProfile, *blockProfile)
@@ -388,15 +452,30 @@ func printBench(w io.Writer, res bench.Result) {
 	if res.Restarts > 0 || res.SweepCaught > 0 {
 		fmt.Fprintf(w, "restarts      %d (fallback sweep caught %d)\n", res.Restarts, res.SweepCaught)
 	}
+	if c := res.Chaos; c != nil {
+		fmt.Fprintf(w, "chaos         proxies for %s", strings.Join(c.Proxied, ", "))
+		if c.LatencyMS > 0 {
+			fmt.Fprintf(w, ", +%gms per round trip", c.LatencyMS)
+			if c.JitterMS > 0 {
+				fmt.Fprintf(w, " (±%gms)", c.JitterMS)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 	for _, f := range res.Faults {
 		switch {
 		case f.Skipped != "":
 			fmt.Fprintf(w, "fault         %s: not injected, %s\n", f.Name, f.Skipped)
 		case f.Error != "":
 			fmt.Fprintf(w, "fault         %s at %.1fs failed: %s\n", f.Name, f.AtS, f.Error)
+		case f.Detail != "":
+			fmt.Fprintf(w, "fault         %s at %.1fs: %s\n", f.Name, f.AtS, f.Detail)
 		default:
 			fmt.Fprintf(w, "fault         %s at %.1fs\n", f.Name, f.AtS)
 		}
+	}
+	if res.Retries > 0 {
+		fmt.Fprintf(w, "retries       %d calls retried after a failure\n", res.Retries)
 	}
 	switch res.Audit.Status {
 	case "ok":

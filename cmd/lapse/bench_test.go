@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -105,11 +107,9 @@ func TestBenchOpenLoopOnSQLiteReportsTheContractFields(t *testing.T) {
 	if paid, missed := res["paid"].(float64), res["pay_missed"].(float64); paid+missed != 90 {
 		t.Errorf("paid %v + too late to pay %v, want 90 payments (30%% of 300)", paid, missed)
 	}
-	if res["db_statements_per_order"] != nil {
-		// SQLite does not count statements yet; when it does, the figure must be sane.
-		if v, ok := res["db_statements_per_order"].(float64); !ok || v < 1 {
-			t.Errorf("db_statements_per_order = %v", res["db_statements_per_order"])
-		}
+	// The SQLite store counts its statements: a create alone is 8.
+	if v, ok := res["db_statements_per_order"].(float64); !ok || v < 8 || v > 100 {
+		t.Errorf("db_statements_per_order = %v, want a count from the store", res["db_statements_per_order"])
 	}
 }
 
@@ -177,6 +177,15 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--target", "http://127.0.0.1:1", "--pay-ratio", "0.5"}, "--callback-secret"},
 		{[]string{"--target", "http://127.0.0.1:1", "--grace", "1s"}, "--grace"},
 		{[]string{"--flush-redis-at", "1s"}, "--flush-redis-at"},
+		{[]string{"--chaos-latency", "5ms"}, "embedded SQLite"},
+		{[]string{"--restart-db-at", "1s"}, "use --kill-every"},
+		{[]string{"--restart-db-at", "1s", "--restart-db-cmd", "true"}, "use --kill-every"},
+		{[]string{"--target", "http://127.0.0.1:1", "--chaos-latency", "5ms"}, "--target"},
+		{[]string{"--target", "http://127.0.0.1:1", "--restart-db-at", "1s"}, "--restart-db-cmd"},
+		{[]string{"--store", "postgres://127.0.0.1:1/x", "--timers", "redis-cluster://127.0.0.1:7000", "--chaos-latency", "5ms"}, "Cluster"},
+		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-latency", "1500us"}, "whole milliseconds"},
+		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-jitter", "1ms"}, "--chaos-latency"},
+		{[]string{"--store", "postgres://127.0.0.1:1/x", "--restart-db-cmd", "true"}, "--restart-db-at"},
 		{[]string{"--no-such-flag"}, "not defined"},
 	} {
 		stdout, stderr, code := benchCmd(t, tc.args...)
@@ -207,5 +216,87 @@ func TestBenchFlushRedisAndKillEveryOnRedisTimers(t *testing.T) {
 	}
 	if got := res["restarts"].(float64); got < 1 {
 		t.Errorf("restarts = %v, want at least 1", got)
+	}
+}
+
+// The database goes away for a second in the middle of a run on PostgreSQL
+// and Redis, every round trip 2 ms slower: the run's backends are
+// terminated and its connections refused meanwhile; creates and payments
+// are retried, and still every order is paid or cancelled, none early, the
+// audit clean.
+func TestBenchRestartDBWithChaosLatencyOnPostgresAndRedis(t *testing.T) {
+	t.Parallel()
+	storeURL := postgresURL(t)
+	redisURL := os.Getenv("LAPSE_TEST_REDIS")
+	if redisURL == "" {
+		t.Skip("set LAPSE_TEST_REDIS=redis://… to run")
+	}
+	res := benchJSON(t, "--store", storeURL, "--timers", redisURL, "--orders", "300", "--rate", "150", "--timeout", "300ms",
+		"--pay-ratio", "0.3", "--chaos-latency", "2ms", "--restart-db-at", "1s")
+	checkSettled(t, res, 300)
+	faults, _ := res["faults"].([]any)
+	if len(faults) != 1 {
+		t.Fatalf("faults = %v, want the one restart", res["faults"])
+	}
+	f := faults[0].(map[string]any)
+	if f["name"] != "restart-db" || f["error"] != nil || f["skipped"] != nil {
+		t.Errorf("fault %v, want restart-db done", f)
+	}
+	if detail, _ := f["detail"].(string); !regexp.MustCompile(`terminated the run's [1-9][0-9]* backends, cut the run's connections and refused new ones for 1s`).MatchString(detail) {
+		t.Errorf("fault detail %q, want the run's backends terminated and its connections refused for 1s", detail)
+	}
+	if got, _ := res["retries"].(float64); got < 1 {
+		t.Errorf("retries = %v: nothing failed while the database was away for 1s of a 2s run", res["retries"])
+	}
+	chaos, _ := res["chaos"].(map[string]any)
+	if chaos["latency_ms"] != 2.0 || fmt.Sprint(chaos["proxied"]) != "[redis store]" {
+		t.Errorf("chaos = %v, want 2ms of latency on the proxies for redis and store", res["chaos"])
+	}
+}
+
+// On MySQL the run's connections, and only them, are cut at the run's own
+// proxy in front of the server.
+func TestBenchRestartDBOnMySQL(t *testing.T) {
+	t.Parallel()
+	res := benchJSON(t, "--store", mysqlURL(t), "--orders", "300", "--rate", "150", "--timeout", "300ms",
+		"--pay-ratio", "0.3", "--restart-db-at", "1s", "--restart-db-down", "500ms")
+	checkSettled(t, res, 300)
+	faults, _ := res["faults"].([]any)
+	if len(faults) != 1 {
+		t.Fatalf("faults = %v, want the one restart", res["faults"])
+	}
+	if f := faults[0].(map[string]any); f["name"] != "restart-db" || f["error"] != nil || f["skipped"] != nil ||
+		f["detail"] != "cut the run's connections and refused new ones for 500ms" {
+		t.Errorf("fault %v, want restart-db done through the proxy", f)
+	}
+	if got, _ := res["retries"].(float64); got < 1 {
+		t.Errorf("retries = %v: nothing failed while the database was away", res["retries"])
+	}
+}
+
+// --restart-db-cmd runs the command, whatever the store, and waits for it.
+func TestBenchRestartDBRunsTheCommand(t *testing.T) {
+	t.Parallel()
+	marker := filepath.Join(t.TempDir(), "restarted")
+	res := benchJSON(t, "--store", postgresURL(t), "--orders", "100", "--rate", "100", "--timeout", "300ms",
+		"--restart-db-at", "200ms", "--restart-db-cmd", "sleep 0.2 && touch "+marker)
+	checkSettled(t, res, 100)
+	faults, _ := res["faults"].([]any)
+	if len(faults) != 1 {
+		t.Fatalf("faults = %v, want the one restart", res["faults"])
+	}
+	if f := faults[0].(map[string]any); f["name"] != "restart-db" || f["error"] != nil || !strings.HasPrefix(fmt.Sprint(f["detail"]), "ran ") {
+		t.Errorf("fault %v, want the command run", f)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the command did not run: %v", err)
+	}
+	if res["chaos"] != nil {
+		t.Errorf("chaos = %v: a run with a restart command needs no proxy", res["chaos"])
+	}
+	_, stderr, code := benchCmd(t, "--store", postgresURL(t), "--orders", "50", "--rate", "100", "--timeout", "300ms",
+		"--restart-db-at", "100ms", "--restart-db-cmd", "echo cannot restart; exit 3")
+	if code != 1 || !strings.Contains(stderr, "cannot restart") || !strings.Contains(stderr, "exit status 3") {
+		t.Errorf("a failing command: exit %d, stderr %q; want exit 1 and the command's output", code, stderr)
 	}
 }

@@ -45,6 +45,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/internal/sqlcount"
 	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store"
 )
@@ -126,6 +127,7 @@ type Store struct {
 	db    *sql.DB
 	clock clock.Clock // nil: the database's clock
 	cfg   Config
+	stmts *sqlcount.Counter // db's statements (Statements)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -241,7 +243,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 	// The isolation variable is transaction_isolation on MySQL 8 and MariaDB
 	// 11.1+, tx_isolation on older MariaDB: ask the server which it knows.
-	probe, err := connect(dc, 1)
+	probe, err := connect(dc, 1, new(sqlcount.Counter))
 	if err != nil {
 		return nil, fmt.Errorf("mysql: open %s: %w", where, err)
 	}
@@ -259,7 +261,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	dc.Params[isolationVar] = "'READ-COMMITTED'"
 
-	db, err := connect(dc, cfg.MaxConns)
+	stmts := &sqlcount.Counter{IsolationStatement: true} // the driver sends SET TRANSACTION ISOLATION LEVEL
+	db, err := connect(dc, cfg.MaxConns, stmts)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: open %s: %w", where, err)
 	}
@@ -267,15 +270,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("mysql: open %s: %w", where, err)
 	}
-	return &Store{db: db, clock: cfg.Clock, cfg: cfg}, nil
+	return &Store{db: db, clock: cfg.Clock, cfg: cfg, stmts: stmts}, nil
 }
 
-func connect(dc *gomysql.Config, conns int) (*sql.DB, error) {
+// connect opens a pool whose statements stmts counts.
+func connect(dc *gomysql.Config, conns int, stmts *sqlcount.Counter) (*sql.DB, error) {
 	conn, err := gomysql.NewConnector(dc)
 	if err != nil {
 		return nil, err
 	}
-	db := sql.OpenDB(conn)
+	db := sql.OpenDB(stmts.Wrap(conn))
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	db.SetConnMaxLifetime(30 * time.Minute)

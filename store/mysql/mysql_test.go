@@ -372,3 +372,16 @@ func migrations(t *testing.T) int {
 	}
 	return len(files)
 }
+
+// Statements (bench's db_statements_per_order) is counted in the driver's
+// connections, with the server's clock as in production.
+func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, nil)
+	// START TRANSACTION, the clock, the order, one reservation per item, the
+	// items, the ledger, the event, COMMIT: each statement with arguments is
+	// prepared, executed and closed by the driver, and counts once.
+	if n := storetest.CountsStatements(t, s); n != 9 {
+		t.Errorf("one create of two items: %d statements, want 9", n)
+	}
+}

@@ -23,3 +23,12 @@ var ClaimDueSQL = q.Get("claim_due")
 
 // Tx runs fn as the store runs every transaction, retries included.
 func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error { return s.tx(ctx, fn) }
+
+// GroupStats is what group commit did: groups committed, the orders they
+// held, and groups the server refused (their orders then created alone).
+func (s *Store) GroupStats() (groups, orders, fallbacks int64) {
+	if s.groups == nil {
+		return 0, 0, 0
+	}
+	return s.groups.groups.Load(), s.groups.grouped.Load(), s.groups.fallbacks.Load()
+}

@@ -127,8 +127,20 @@ func writeEffects(ctx context.Context, tx pgx.Tx, now time.Time, move, typ strin
 	if len(os) == 0 {
 		return nil
 	}
-	ids := orderIDs(os)
 	var b pgx.Batch
+	if err := queueEffects(&b, now, move, typ, os...); err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("write %s effects (stock %s): %w", typ, cmp.Or(move, "unchanged"), interpretError(err))
+	}
+	return nil
+}
+
+// queueEffects queues the statements of writeEffects on b, for a caller that
+// sends them in a round trip with statements of its own.
+func queueEffects(b *pgx.Batch, now time.Time, move, typ string, os ...order.Order) error {
+	ids := orderIDs(os)
 	if move != moveNone {
 		b.Queue(q.Get("ledger_insert"), ids, move, now)
 	}
@@ -155,9 +167,6 @@ func writeEffects(ctx context.Context, tx pgx.Tx, now time.Time, move, typ strin
 		}
 		b.Queue(q.Get("insert_events"), typ, now, evIDs, ids, payloads)
 	}
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("write %s effects (stock %s): %w", typ, cmp.Or(move, "unchanged"), interpretError(err))
-	}
 	return nil
 }
 
@@ -177,13 +186,29 @@ func perSKU(os []order.Order) ([]string, []int64) {
 	return skus, qtys
 }
 
-// CreateOrder implements store.Orders. The idempotency key is taken first, so
-// concurrent retries of one request queue on it and replay the first's order.
+// CreateOrder implements store.Orders. Concurrent calls are committed
+// together in groups (see group.go) unless Config.CreateGroup is 1.
 func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	// Reserving in SKU order means two orders sharing SKUs never hold one row
-	// each while waiting for the other's.
-	items := slices.Clone(p.Items)
+	if s.groups == nil {
+		return s.createOne(ctx, p)
+	}
+	return s.groups.create(ctx, p)
+}
+
+// sortedItems returns a copy of items in SKU order: reserving in SKU order
+// means two orders sharing SKUs never hold one row each while waiting for the
+// other's.
+func sortedItems(items []order.Item) []order.Item {
+	items = slices.Clone(items)
 	slices.SortFunc(items, func(a, b order.Item) int { return strings.Compare(a.SKU, b.SKU) })
+	return items
+}
+
+// createOne creates one order in a transaction of its own. The idempotency
+// key is taken first, so concurrent retries of one request queue on it and
+// replay the first's order.
+func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	items := sortedItems(p.Items)
 	skus, qtys := make([]string, len(items)), make([]int64, len(items))
 	for i, it := range items {
 		skus[i], qtys[i] = it.SKU, it.Qty

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,7 +68,15 @@ type Config struct {
 	// serialization conflict is run again, after a short randomised pause.
 	// Defaults to 4; a negative value disables retrying.
 	Retries int
+	// CreateGroup is the most creates committed in one transaction when they
+	// arrive together (group commit, see group.go). Defaults to 64, or to the
+	// URL's create_group parameter; 1 gives every create a transaction of
+	// its own.
+	CreateGroup int
 }
+
+// DefaultCreateGroup is Config.CreateGroup's default.
+const DefaultCreateGroup = 64
 
 func (c *Config) setDefaults() {
 	if c.Retries == 0 {
@@ -75,6 +85,27 @@ func (c *Config) setDefaults() {
 	if c.Retries < 0 {
 		c.Retries = 0
 	}
+	if c.CreateGroup == 0 {
+		c.CreateGroup = DefaultCreateGroup
+	}
+}
+
+// takeCreateGroup removes lapse's own create_group parameter from a URL
+// (pgx would send it to the server as a setting) and returns its value, 0
+// when absent.
+func takeCreateGroup(raw string) (string, int, error) {
+	u, err := url.Parse(raw)
+	if err != nil || !u.Query().Has("create_group") {
+		return raw, 0, nil // pgx reports a malformed URL
+	}
+	v := u.Query()
+	n, err := strconv.Atoi(v.Get("create_group"))
+	if err != nil || n < 1 {
+		return raw, 0, fmt.Errorf("postgres: create_group=%q: want a whole number, at least 1", v.Get("create_group"))
+	}
+	v.Del("create_group")
+	u.RawQuery = v.Encode()
+	return u.String(), n, nil
 }
 
 func (c *Config) validate() error {
@@ -83,6 +114,9 @@ func (c *Config) validate() error {
 	}
 	if !strings.HasPrefix(c.URL, "postgres://") && !strings.HasPrefix(c.URL, "postgresql://") {
 		return errors.New("postgres: Config.URL: want postgres://user@host:5432/db or postgresql://…")
+	}
+	if c.CreateGroup < 0 {
+		return fmt.Errorf("postgres: Config.CreateGroup %d: want at least 1", c.CreateGroup)
 	}
 	if c.MaxConns < 0 {
 		return fmt.Errorf("postgres: Config.MaxConns %d: want at least 1", c.MaxConns)
@@ -95,6 +129,8 @@ type Store struct {
 	pool    *pgxpool.Pool
 	clock   clock.Clock // nil: the database's clock
 	retries int
+	groups  *grouper // nil: every create alone
+	stmts   *statementCounter
 }
 
 var _ store.Store = (*Store)(nil)
@@ -102,11 +138,18 @@ var _ store.Store = (*Store)(nil)
 // Open connects to the database and checks that it answers. It does not
 // migrate: call Migrate.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	connURL, group, err := takeCreateGroup(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if group > 0 && cfg.CreateGroup == 0 {
+		cfg.CreateGroup = group
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	pc, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: Config.URL: %w", err) // pgx redacts the password
 	}
@@ -119,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "lapse"
 	}
+	stmts := countStatements(pc.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open %s: %w", pc.ConnConfig.Host, err)
@@ -127,7 +171,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open %s: %w", pc.ConnConfig.Host, err)
 	}
-	return &Store{pool: pool, clock: cfg.Clock, retries: cfg.Retries}, nil
+	s := &Store{pool: pool, clock: cfg.Clock, retries: cfg.Retries, stmts: stmts}
+	if cfg.CreateGroup > 1 {
+		// Half the pool at most, so cancels, payments and reads always find
+		// a connection while groups commit.
+		s.groups = &grouper{s: s, max: cfg.CreateGroup, maxLeaders: max(1, min(2, int(pc.MaxConns)/2))}
+	}
+	return s, nil
 }
 
 // Ping implements store.Store.

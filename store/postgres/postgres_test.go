@@ -464,3 +464,12 @@ func benchCancelDue(b *testing.B, batch int, claim bool) {
 	}
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "orders/s")
 }
+
+// Statements (bench's db_statements_per_order) is counted by a pgx tracer,
+// with the database's clock as in production (one more statement: its read).
+func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, nil)
+	n := storetest.CountsStatements(t, s)
+	t.Logf("one create of two items: %d statements", n)
+}

@@ -63,6 +63,52 @@ SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 UPDATE skus SET available = available - $1, locked = locked + $1, updated_at = $3
 WHERE sku = $2 AND available >= $1;
 
+-- name: group_claim_keys
+-- The idempotency keys of a group of creates ($1 keys in key order, so two
+-- groups sharing keys take them in the same order; $2 request hashes, $3
+-- order ids, position by position). Returns the keys this transaction took;
+-- a key another request holds is not returned (a concurrent holder is waited
+-- for first, as idempotency_claim does).
+INSERT INTO idempotency_keys (key, request_hash, order_id, created_at)
+SELECT k.key, k.hash, k.order_id, $4
+FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k (key, hash, order_id, n)
+ORDER BY k.n
+ON CONFLICT (key) DO NOTHING
+RETURNING key;
+
+-- name: group_lock_skus
+-- Locks the SKU rows of a group of creates in SKU order and reads what they
+-- have: under READ COMMITTED a row locked FOR UPDATE is the newest committed
+-- version, so the counts stay true until the transaction ends.
+SELECT sku, available FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku FOR UPDATE;
+
+-- name: group_insert_orders
+-- The accepted orders of a group, position by position; $6 is "now".
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+SELECT o.id, 'PENDING', o.amount_cents, o.currency, $6, o.expires_at, o.cancel_after
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+     AS o (id, amount_cents, currency, expires_at, cancel_after);
+
+-- name: group_insert_items
+-- The items of the accepted orders: order id, SKU and quantity, position by
+-- position.
+INSERT INTO order_items (order_id, sku, qty)
+SELECT i.order_id, i.sku, i.qty FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i (order_id, sku, qty);
+
+-- name: group_reserve
+-- $1 SKUs, $2 the quantity the accepted orders of a group take of each,
+-- summed. The rows are locked by group_lock_skus and the driver checked
+-- available >= qty on what it read; the condition is repeated so a mistake
+-- changes fewer rows than SKUs, which the driver treats as an error.
+UPDATE skus SET available = skus.available - d.qty, locked = skus.locked + d.qty, updated_at = $3
+FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
+WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]) AND skus.available >= d.qty;
+
+-- name: group_release_keys
+-- The keys a group took for orders it then refused (not enough stock): as the
+-- rollback of a lone create would, the key is left free for a retry.
+DELETE FROM idempotency_keys WHERE key = ANY($1::text[]);
+
 -- name: ledger_insert
 -- One ledger row per item of the orders in $1; the primary key
 -- (order_id, sku, action) refuses a second row of the same action.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/internal/migrate"
+	"github.com/lapsehq/lapse/internal/sqlcount"
 	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store"
 )
@@ -79,7 +80,8 @@ type Store struct {
 	w      *sql.DB // the single writer
 	r      *sql.DB // readers
 	clock  clock.Clock
-	writer writer // who gets w next
+	writer writer            // who gets w next
+	stmts  *sqlcount.Counter // both pools' statements (Statements)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -120,7 +122,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return "file:" + cfg.Path + "?" + v.Encode()
 	}
-	w, err := sql.Open("sqlite", dsn(""))
+	stmts := new(sqlcount.Counter)
+	open := func(dsn string) (*sql.DB, error) {
+		c, err := sqlite.NewConnector(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(stmts.Wrap(c)), nil
+	}
+	w, err := open(dsn(""))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
 	}
@@ -131,14 +141,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
 	}
-	r, err := sql.Open("sqlite", dsn("query_only(1)"))
+	r, err := open(dsn("query_only(1)"))
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
 	}
 	r.SetMaxOpenConns(cfg.Readers)
 	r.SetMaxIdleConns(cfg.Readers)
-	return &Store{w: w, r: r, clock: cfg.Clock}, nil
+	return &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}, nil
 }
 
 // Ping implements store.Store: both pools must answer.

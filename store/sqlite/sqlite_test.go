@@ -98,3 +98,15 @@ func TestAuditDetectsViolations(t *testing.T) {
 		}
 	}, cases)
 }
+
+// Statements (bench's db_statements_per_order) counts both pools: here the
+// read goes to a reader, the create to the writer.
+func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, clock.Real{})
+	// BEGIN IMMEDIATE, the order, one reservation per item, the items, the
+	// ledger, the event, COMMIT.
+	if n := storetest.CountsStatements(t, s); n != 8 {
+		t.Errorf("one create of two items: %d statements, want 8", n)
+	}
+}
