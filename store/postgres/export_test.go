@@ -32,3 +32,6 @@ func (s *Store) GroupStats() (groups, orders, fallbacks int64) {
 	}
 	return s.groups.groups.Load(), s.groups.grouped.Load(), s.groups.fallbacks.Load()
 }
+
+// Query is one named query of queries.sql, for checking its plan.
+func Query(name string) string { return q.Get(name) }

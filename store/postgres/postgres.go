@@ -173,9 +173,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{pool: pool, clock: cfg.Clock, retries: cfg.Retries, stmts: stmts}
 	if cfg.CreateGroup > 1 {
-		// Half the pool at most, so cancels, payments and reads always find
-		// a connection while groups commit.
-		s.groups = &grouper{s: s, max: cfg.CreateGroup, maxLeaders: max(1, min(2, int(pc.MaxConns)/2))}
+		// One group in flight: the next one forms while it commits, and
+		// grows with the load (see group.go for the figures).
+		s.groups = &grouper{s: s, max: cfg.CreateGroup, maxLeaders: 1}
 	}
 	return s, nil
 }

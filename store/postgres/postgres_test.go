@@ -473,3 +473,56 @@ func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
 	n := storetest.CountsStatements(t, s)
 	t.Logf("one create of two items: %d statements", n)
 }
+
+// The queries that read an order's items by a batch of order ids walk the
+// primary key even before the table has statistics (a new database, or one
+// where autovacuum is off): without them PostgreSQL takes "order_id = ANY of
+// 200 ids" to match every row and would scan the whole table on every batch.
+func TestItemQueriesWalkTheKeyWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	_, u := open(t, clock.Real{})
+	ctx := context.Background()
+	conn := connect(t, u)
+	_, err := conn.Exec(ctx, `
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+SELECT 'o' || g, 'PENDING', 100, 'EUR', now(), now(), now() FROM generate_series(1, 20000) AS g;
+INSERT INTO order_items (order_id, sku, qty)
+SELECT 'o' || g, s, 1 FROM generate_series(1, 20000) AS g, (VALUES ('a'), ('b')) AS v (s)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("o%d", i*97+1)
+	}
+	array := "'{" + strings.Join(ids, ",") + "}'"
+	for _, c := range []struct{ name, types, args string }{
+		{"get_items", "text[]", array},
+		{"ledger_insert", "text[], text, timestamptz", array + ", 'release', now()"},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			tx, err := conn.Begin(ctx) // EXPLAIN does not run the INSERT; roll back anyway
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf("PREPARE q_%s_%s (%s) AS %s", c.name, mode, c.types, postgres.Query(c.name))); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := tx.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE q_%s_%s (%s)", c.name, mode, c.args))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx.Rollback(ctx)
+			if p := strings.Join(lines, "\n"); strings.Contains(p, "Seq Scan on order_items") || !strings.Contains(p, "order_items_pkey") {
+				t.Errorf("%s, %s: the plan does not walk order_items_pkey:\n%s", c.name, mode, p)
+			}
+		}
+	}
+}

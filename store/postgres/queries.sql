@@ -23,9 +23,15 @@ SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after,
 FROM orders WHERE id = ANY($1::text[]);
 
 -- name: get_items
-SELECT order_id, sku, qty FROM order_items
-WHERE order_id = ANY($1::text[])
-ORDER BY order_id, sku;
+-- One primary-key lookup per order id. Written as a lateral subquery behind
+-- OFFSET 0 (which keeps the planner from flattening it into a join) because
+-- "order_id = ANY($1)" alone is planned from statistics: before the first
+-- ANALYZE (a new database, autovacuum off or behind) PostgreSQL takes 200
+-- ids to match every row and scans the whole table on every batch.
+SELECT i.order_id, i.sku, i.qty
+FROM unnest($1::text[]) AS x (id),
+     LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i
+ORDER BY i.order_id, i.sku;
 
 -- name: list_orders
 -- $1 status or '', ($2, $3) the (created_at, id) of the last row of the
@@ -112,9 +118,11 @@ DELETE FROM idempotency_keys WHERE key = ANY($1::text[]);
 -- name: ledger_insert
 -- One ledger row per item of the orders in $1; the primary key
 -- (order_id, sku, action) refuses a second row of the same action.
+-- The items are read as get_items reads them, key lookup by key lookup.
 INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
-SELECT order_id, sku, $2, qty, $3 FROM order_items
-WHERE order_id = ANY($1::text[]);
+SELECT i.order_id, i.sku, $2, i.qty, $3
+FROM unnest($1::text[]) AS x (id),
+     LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i;
 
 -- name: lock_skus
 -- Locks the SKU rows $1 in SKU order before the counter update below touches
