@@ -172,7 +172,7 @@ func BenchmarkClaim(b *testing.B) {
 			b.StartTimer()
 		}
 		start := time.Now()
-		c, err := f.s.claim(ctx, sh, time.Now())
+		c, err := f.s.claim(ctx, sh, time.Now(), f.s.cfg.BatchSize)
 		claimFor += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
@@ -180,7 +180,7 @@ func BenchmarkClaim(b *testing.B) {
 		if len(c.timers) != f.s.cfg.BatchSize {
 			b.Fatalf("claimed %d timers from shard %d, want %d", len(c.timers), sh, f.s.cfg.BatchSize)
 		}
-		f.s.deliver(ctx, c, ack)
+		f.s.deliver(ctx, []claimed{c}, ack)
 		f.pending[sh] -= len(c.timers)
 		delivered += len(c.timers)
 		sh = (sh + 1) % len(f.s.keys.shards)

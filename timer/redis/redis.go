@@ -52,7 +52,10 @@
 // for at most Config.MaxSleep; Schedule on this instance wakes it at once when
 // it sets an earlier timer, and every MaxSleep it reads the earliest due time
 // of all its shards again (one pipelined ZRANGE each) for timers other
-// instances set. Handlers run on the workers, so up to
+// instances set. A waking worker claims from each of its due shards, up to
+// BatchSize timers in all, and hands them to the handler in one call: under
+// load that is one handler call (for lapse, one cancel transaction) per
+// round instead of one per shard. Handlers run on the workers, so up to
 // Workers batches are in hand at once.
 //
 // # Durability and data loss

@@ -746,3 +746,58 @@ func TestRunWhileRedisIsDown(t *testing.T) {
 		t.Error("Schedule reported success with Redis down")
 	}
 }
+
+// A worker hands the due timers of all its shards to the handler in one call
+// (for lapse: one cancel transaction), up to BatchSize, and a failed call puts
+// every claim of it back.
+func TestOneCallForTheDueShardsOfAWorker(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		s := mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb), Shards: 8, Workers: 1, BatchSize: 20,
+			Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+		ctx := context.Background()
+		var ts []timer.Timer
+		for i := range 30 { // over the 8 shards, more than one batch
+			ts = append(ts, timer.Timer{Key: fmt.Sprintf("k-%02d", i), Due: time.Now().Add(-time.Second)})
+		}
+		if err := s.ScheduleMany(ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu    sync.Mutex
+			calls []int
+		)
+		r := newRecorder(func(_ context.Context, due []timer.Timer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, len(due))
+			if len(calls) == 1 {
+				return errors.New("the first call fails")
+			}
+			return nil
+		})
+		run(t, s, r.handle)
+		waitFor(t, "every timer acknowledged", 5*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, c := range calls[min(1, len(calls)):] {
+				n += c
+			}
+			return n == 30
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if calls[0] != 20 {
+			t.Errorf("first call: %d timers, want a full batch of 20 from several shards (calls %v)", calls[0], calls)
+		}
+		if len(calls) > 4 { // 20 (failed), 10, and the 20 again in one or two
+			t.Errorf("%d handler calls for 30 timers (+ 20 redelivered) in batches of 20: %v", len(calls), calls)
+		}
+		for _, tm := range ts {
+			if ds := r.deliveries(tm.Key); len(ds) == 0 || len(ds) > 2 {
+				t.Errorf("%s delivered %d times", tm.Key, len(ds))
+			}
+		}
+	})
+}

@@ -48,6 +48,7 @@ func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
 	sleep := time.NewTimer(time.Hour)
 	defer sleep.Stop()
 	var lastScan, nextRecover time.Time
+	round := 0
 	failing := false // the last Redis call failed (logged once until one succeeds)
 	report := func(what string, sh int, err error) {
 		if err == nil {
@@ -76,27 +77,35 @@ func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
 			lastScan = now
 			report("look at the shards", mine[0], s.peek(ctx, mine))
 		}
-		worked := false
-		for _, sh := range mine {
-			if ctx.Err() != nil {
+		// Claim from every due shard of this worker, up to BatchSize timers
+		// in all, and hand them over together: one handler call (one cancel
+		// transaction) per round rather than one per shard. The first shard
+		// looked at turns round, so a full batch never starves the others.
+		var batch []claimed
+		room := s.cfg.BatchSize
+		for i := range mine {
+			sh := mine[(round+i)%len(mine)]
+			if ctx.Err() != nil || room == 0 {
 				break
 			}
 			if s.plans[sh].Load() > time.Now().UnixMilli() {
 				continue
 			}
-			c, err := s.claim(ctx, sh, time.Now())
+			c, err := s.claim(ctx, sh, time.Now(), room)
 			report("claim", sh, err)
 			if err != nil {
 				s.lower(sh, time.Now().Add(s.cfg.MaxSleep).UnixMilli(), false)
 				continue
 			}
 			if len(c.timers) > 0 {
-				s.deliver(ctx, c, h)
-				worked = true
+				batch = append(batch, c)
+				room -= len(c.timers)
 			}
 		}
-		if worked {
-			continue // round robin over the shards while timers are due
+		round++
+		if len(batch) > 0 {
+			s.deliver(ctx, batch, h)
+			continue // while timers are due
 		}
 		wake := lastScan.Add(s.cfg.MaxSleep)
 		if nextRecover.Before(wake) {
@@ -158,9 +167,9 @@ type claimed struct {
 	timers []timer.Timer
 }
 
-// claim runs the claim script on shard sh at now and sets the shard's plan to
-// the earliest timer left.
-func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time) (claimed, error) {
+// claim runs the claim script on shard sh at now for at most limit timers and
+// sets the shard's plan to the earliest timer left.
+func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int) (claimed, error) {
 	k := s.keys.shards[sh]
 	c := claimed{shard: sh, id: fmt.Sprintf("%s-%x", s.id, s.claims.Add(1))}
 	// From here on, a Schedule lowers the plan again; the script's answer
@@ -171,7 +180,7 @@ func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time) (claimed, 
 	// not answer. A claim the server ran but whose answer was dropped holds
 	// its timers until the lease runs out; then they are delivered again.
 	res, err := claimScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta},
-		nowMs, nowMs+s.cfg.Lease.Milliseconds(), s.cfg.BatchSize, c.id).Slice()
+		nowMs, nowMs+s.cfg.Lease.Milliseconds(), limit, c.id).Slice()
 	if err != nil {
 		return c, fmt.Errorf("claim shard %d: %w", sh, err)
 	}
@@ -200,27 +209,48 @@ func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time) (claimed, 
 	return c, nil
 }
 
-// deliver hands a claimed batch to h, keeping its lease while h runs, then
-// acknowledges it or puts it back after its backoff.
-func (s *Scheduler) deliver(ctx context.Context, c claimed, h timer.Handler) {
+// deliver hands the timers of the claims cs to h in one call, keeping their
+// leases while h runs, then acknowledges every claim or puts each back after
+// its backoff.
+func (s *Scheduler) deliver(ctx context.Context, cs []claimed, h timer.Handler) {
 	bg := context.WithoutCancel(ctx)
-	stop := s.keepLease(ctx, c)
-	err := h(bg, c.timers)
-	stop()
-	k := s.keys.shards[c.shard]
-	if err == nil {
-		args := make([]any, 0, 1+len(c.timers))
-		args = append(args, c.id)
-		for _, t := range c.timers {
-			args = append(args, t.Key)
-		}
-		if err := ackScript.Run(bg, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil {
-			s.log.Error("redis timers: acknowledge a batch failed; it will be delivered again after its lease",
-				"shard", c.shard, "timers", len(c.timers), "err", err)
-		}
-		return
+	var all []timer.Timer
+	stops := make([]func(), len(cs))
+	for i, c := range cs {
+		all = append(all, c.timers...)
+		stops[i] = s.keepLease(ctx, c)
 	}
-	now := time.Now()
+	err := h(bg, all)
+	for _, stop := range stops {
+		stop()
+	}
+	now := time.Now() // one backoff origin: the batch comes back together
+	for _, c := range cs {
+		if err == nil {
+			s.ack(bg, c)
+		} else {
+			s.retry(bg, c, now)
+		}
+	}
+}
+
+// ack acknowledges claim c: its timers are done.
+func (s *Scheduler) ack(ctx context.Context, c claimed) {
+	k := s.keys.shards[c.shard]
+	args := make([]any, 0, 1+len(c.timers))
+	args = append(args, c.id)
+	for _, t := range c.timers {
+		args = append(args, t.Key)
+	}
+	if err := ackScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil {
+		s.log.Error("redis timers: acknowledge a batch failed; it will be delivered again after its lease",
+			"shard", c.shard, "timers", len(c.timers), "err", err)
+	}
+}
+
+// retry puts the timers of claim c back in due, each its backoff after now.
+func (s *Scheduler) retry(ctx context.Context, c claimed, now time.Time) {
+	k := s.keys.shards[c.shard]
 	args := make([]any, 0, 1+2*len(c.timers))
 	args = append(args, c.id)
 	earliest := int64(math.MaxInt64)
@@ -229,7 +259,7 @@ func (s *Scheduler) deliver(ctx context.Context, c claimed, h timer.Handler) {
 		earliest = min(earliest, at)
 		args = append(args, t.Key, at)
 	}
-	if err := retryScript.Run(bg, s.rdb, []string{k.due, k.lease, k.meta}, args...).Err(); err != nil {
+	if err := retryScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, args...).Err(); err != nil {
 		s.log.Error("redis timers: requeue a failed batch failed; it will be delivered again after its lease",
 			"shard", c.shard, "timers", len(c.timers), "err", err)
 		return
