@@ -37,9 +37,11 @@ done
 redis_host=${BASH_REMATCH[1]} redis_port=${BASH_REMATCH[2]} redis_db=${BASH_REMATCH[3]}
 
 # Sizes: the issue's workload, and a burst of the same count all due at once.
-timers=20000 over=10s lead=10s burst_lead=20s ceiling_s=10 bench_scale=1
+timers=20000 over=10s lead=10s burst_lead=20s ceiling_s=10 bench_scale=1 creates_n=20000
+ref_duration=30s ref_timeout=15s
 if [ "$quick" = 1 ]; then
-	timers=2000 over=2s lead=6s burst_lead=6s ceiling_s=2 bench_scale=10
+	timers=2000 over=2s lead=6s burst_lead=6s ceiling_s=2 bench_scale=10 creates_n=2000
+	ref_duration=4s ref_timeout=2s
 fi
 
 tmp=$(mktemp -d)
@@ -73,6 +75,14 @@ bash scripts/ceiling.sh --redis "$redis_host:$redis_port/$redis_db" --postgres "
 # The ceiling wrote a million seeded orders: flush them to disk now, not
 # during the runs that follow (best effort: CHECKPOINT needs a privileged role).
 psql "$pg" -qAt -c CHECKPOINT >/dev/null 2>&1 || true
+
+# --- 1b. lapse's creates against the ceiling ------------------------------------------
+creates_cmd="LAPSE_TEST_POSTGRES='$pg' go test -run '^\$' -bench CreateOrder -benchtime ${creates_n}x ./store/postgres/"
+step "lapse creates, store benchmark ($creates_cmd)"
+LAPSE_TEST_POSTGRES="$pg" go test -run '^$' -bench CreateOrder -benchtime "${creates_n}x" ./store/postgres/ >"$tmp/creates.txt"
+created() { # created <lone|group> <skus>: orders/s of that benchmark
+	awk -v n="BenchmarkCreateOrder/$1/skus=$2-" 'index($1, n) == 1 { for (i = 2; i < NF; i++) if ($(i + 1) == "orders/s") { printf "%d", $i; exit } }' "$tmp/creates.txt"
+}
 
 # --- 2. Side by side ----------------------------------------------------------------
 compare() { # compare <name> <flags…>: run bench/compare, keep its JSON and table
@@ -110,6 +120,7 @@ bench() { # bench <flags…>: run lapse bench with --json, keep the command and 
 }
 o2000=$((2000 / bench_scale)) o10000=$((10000 / bench_scale))
 bench --orders "$o2000" --spread 1s
+bench --rate "$((1000 / bench_scale))" --duration 10s --timeout 2s
 pgschema; bench --store "$store" --timers sql --orders "$o2000" --spread 1s
 pgschema; bench --store "$store" --timers memory --orders "$o2000" --spread 1s
 pgschema; bench --store "$store" --timers "$redis" --orders "$o10000" --spread 10s --lead 15s
@@ -117,6 +128,12 @@ if has rate && has duration; then
 	rate=$((1000 / bench_scale))
 	pgschema; bench --store "$store" --timers "$redis" --rate "$rate" --duration 10s
 	pgschema; bench --store "$store" --timers sql --rate "$rate" --duration 10s
+	# Creates at four times that, then every order on one SKU (the flash sale).
+	pgschema; bench --store "$store" --timers memory --rate "$((4000 / bench_scale))" --duration 10s --timeout 3s
+	pgschema; bench --store "$store" --timers memory --rate "$((3000 / bench_scale))" --duration 10s --timeout 3s --hot-sku-share 1
+	# The reference workload from the field (30-50/s at peak, 15-minute timeout)
+	# with the timeout compressed to seconds.
+	pgschema; bench --store "$store" --timers "$redis" --rate 50 --duration "$ref_duration" --timeout "$ref_timeout"
 fi
 load_end=$(uptime | sed 's/.*load average: //')
 
@@ -175,6 +192,30 @@ transactions: no JSON of the whole order, no read of the clock, fewer round trip
 
 EOF
 	cat <<EOF
+### lapse's creates against this ceiling
+
+\`$creates_cmd\`
+
+| lapse create path (16 goroutines, one item per order) | orders/s | pgbench create, $PG_CREATE_POOL_CLIENTS clients | fraction | pgbench create, 2 clients | fraction |
+| --- | ---: | ---: | ---: | ---: | ---: |
+EOF
+	for c in "lone 1000 one transaction per order, SKU one of 1,000" "group 1000 group commit (the default), SKU one of 1,000" \
+		"lone 1 one transaction per order, every order on one SKU" "group 1 group commit, every order on one SKU"; do
+		read -r mode skus what <<<"$c"
+		v=$(created "$mode" "$skus")
+		echo "| $what | $(commas "$v") | $(commas "$PG_CREATE_POOL_TPS") | $(pct "$v" "$PG_CREATE_POOL_TPS") | $(commas "$PG_CREATE_TPS") | $(pct "$v" "$PG_CREATE_TPS") |"
+	done
+	cat <<'EOF'
+
+lapse commits concurrent creates together (`store/postgres/group.go`): one transaction takes
+the group's idempotency keys, locks its SKU rows once, decides in arrival order which orders
+fit, and writes every table with one statement, each caller answered after that COMMIT. "One
+transaction per order" is the same store with `create_group=1` in its URL. On one SKU, lone
+creates queue on that row's lock, one commit at a time; a group holds it once for all its
+orders.
+
+EOF
+	cat <<EOF
 ## 2. Side by side: $timers timers due over $over
 
 \`$spread_cmd\`
@@ -221,12 +262,12 @@ lapse's Redis timers take one script call per schedule (ZADD, plus clearing a le
 metadata; calls in flight are written in one pipeline) and one per batch of up to 200 due
 timers (ZRANGEBYSCORE, ZREM, ZADD to the lease set, metadata), then one to acknowledge the
 batch; redis-benchmark's ZADD and ZREM are single commands, pipelined 16 deep from 50
-connections. lapse's sql timers do the whole order: one transaction per order created (its
-SKU row, item, ledger row and event), one per batch of up to 200 cancels, with the JSON of
-each order written to the outbox; the default runs one claimer, pgbench two clients. The
-ceilings are reference figures, not hard limits: the pgbench scripts are leaner than lapse's
-transactions, but the create script runs on 10 connections while lapse creates from 16
-goroutines, and the load of this shared machine moves between measurements taken minutes
+connections. lapse's sql timers do the whole order: its creation (SKU row, item, ledger row
+and event; concurrent creates share one transaction, group commit) and one transaction per
+batch of up to 200 cancels, with the JSON of each order written to the outbox; the default
+runs one claimer, pgbench two clients. The ceilings are reference figures, not hard limits:
+the pgbench create script commits one order per transaction, which is the point of comparing
+with it, and the load of this shared machine moves between measurements taken minutes
 apart. A fraction above 100% means lapse matched the reference, not that it beat the server.
 
 EOF
@@ -237,19 +278,22 @@ Orders created through the service, cancelled by it at their deadline; lateness 
 `cancelled_at − cancel_after`, both stamped by the store's clock, and the audit checks every
 invariant afterwards.
 
-| command | orders | created/s | lateness p50 / p99 / max (ms) | early | audit |
-| --- | ---: | ---: | --- | ---: | --- |
+| command | orders | created/s | lateness p50 / p99 / max (ms) | early | SQL statements per order | audit |
+| --- | ---: | ---: | --- | ---: | ---: | --- |
 EOF
 	for i in "${!benches[@]}"; do
 		jq -r --arg cmd "${benches[$i]}" '
-			if .error then "| `\($cmd)` | — | — | failed: \(.error | gsub("\n"; " ")) | — | — |"
-			else "| `\($cmd)` | \(.orders) | \(.created_per_s | round) | \(.lateness_ms.p50) / \(.lateness_ms.p99) / \(.lateness_ms.max) | \(.early) | \(.audit.status) |"
+			if .error then "| `\($cmd)` | — | — | failed: \(.error | gsub("\n"; " ")) | — | — | — |"
+			else "| `\($cmd)` | \(.orders) | \(.created_per_s | round) | \(.lateness_ms.p50) / \(.lateness_ms.p99) / \(.lateness_ms.max) | \(.early) | \(if .db_statements_per_order == null then "—" else (.db_statements_per_order * 10 | round / 10) end) | \(.audit.status) |"
 			end' "$tmp/bench$i.json" | sed "s#$pg#postgres://…#g"
 	done
 	cat <<'EOF'
 
 `postgres://…` is `postgres://postgres@127.0.0.1:5432/test?sslmode=disable` with
-`&search_path=` a schema the script creates before the run and drops after.
+`&search_path=` a schema the script creates before the run and drops after. SQL statements
+per order counts every statement the store sent during the run (BEGIN and COMMIT included:
+creates, cancels, the outbox relay), divided by the orders; group commit and batched cancels
+bring it below one.
 
 ## What the numbers mean
 
@@ -294,11 +338,10 @@ backends serving this run's connections (read from `/proc`; the WAL writer and c
 are not counted); for Redis, all of redis-server, which on a shared machine includes other
 clients' commands.
 
-**lapse's sql timers and this machine's limit.** Each sql timer is an order, created in a
-transaction of its own. Compare section 2's rate with the create rows of section 1: creating
-orders at that rate keeps PostgreSQL near what it commits on these two cores, so order
-creation, the cancels and the outbox relay compete for it, and the sql rows' lateness varies
-much from one run to the next. A note under a table says when creating the orders could not
+**lapse's sql timers and this machine's limit.** Each sql timer is an order, created through
+the store's CreateOrder (concurrent creates are committed together, see section 1). Order
+creation, the cancels and the outbox relay compete for the same PostgreSQL on these two
+cores, so the sql rows' lateness varies from one run to the next. A note under a table says when creating the orders could not
 keep the pace. In the burst, the orders are all created before any is due, and the drain is
 the claim-and-cancel transactions alone (and the relay publishing their events).
 

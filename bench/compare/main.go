@@ -64,12 +64,12 @@ func specs() []spec {
 		},
 		{
 			Name: "lapse-sql", Config: "defaults: 1 instance, claim 200, PollMaxSleep 1s",
-			Insert: "CreateOrder, one order transaction per timer", Server: "postgres",
+			Insert: "CreateOrder, one call per timer (concurrent creates share a transaction: group commit)", Server: "postgres",
 			make: func() system { return &lapseSQL{instances: 1} },
 		},
 		{
 			Name: "lapse-sql-tuned", Config: "2 instances claiming from one store (SKIP LOCKED), PollMaxSleep 100ms",
-			Insert: "CreateOrder, one order transaction per timer", Server: "postgres",
+			Insert: "CreateOrder, one call per timer (concurrent creates share a transaction: group commit)", Server: "postgres",
 			make: func() system { return &lapseSQL{instances: 2, maxSleep: 100 * time.Millisecond} },
 		},
 		{
