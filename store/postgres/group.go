@@ -18,10 +18,15 @@ package postgres
 // server refuses send the orders concerned through the lone path, which gives
 // each its own precise answer.
 //
-// Grouping is natural, not timed: at most maxLeaders groups are in flight; a
-// create arriving while they all are waits in the queue, and the next free
-// leader takes everything queued, up to CreateGroup orders. Under light load
-// every group holds one order and nothing waits for a timer.
+// Groups form in internal/group: one group commits at a time, and the next
+// takes everything that arrived meanwhile, up to CreateGroup orders. Under
+// light load every group holds one order and nothing waits for a timer.
+//
+// Measured with BenchmarkCreateOrder (16 goroutines, 20,000 orders, one item
+// each, 2 cores shared with PostgreSQL): one group in flight 3,300-3,600
+// orders/s over 1,000 SKUs and 4,200 on one SKU; two in flight 3,900-4,200
+// and 3,000-3,700; four 2,500 and 1,400 (smaller groups contend on the same
+// SKU rows). One it is.
 
 import (
 	"context"
@@ -29,13 +34,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lapsehq/lapse/internal/group"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
@@ -67,29 +72,21 @@ func (c *createCall) finish(res store.CreateOrderResult, err error) {
 
 // grouper queues creates and commits them in groups.
 type grouper struct {
-	s          *Store
-	max        int // orders per group
-	maxLeaders int // groups in flight
-
-	mu      sync.Mutex
-	queue   []*createCall
-	leaders int
+	s     *Store
+	queue *group.Queue[*createCall]
 
 	groups, grouped, fallbacks atomic.Int64
 }
 
+func newGrouper(s *Store, size int) *grouper {
+	g := &grouper{s: s}
+	g.queue = group.New(size, g.run)
+	return g
+}
+
 func (g *grouper) create(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	c := &createCall{ctx: ctx, p: p, items: sortedItems(p.Items), done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, c)
-	lead := g.leaders < g.maxLeaders
-	if lead {
-		g.leaders++
-	}
-	g.mu.Unlock()
-	if lead {
-		go g.lead()
-	}
+	g.queue.Add(c)
 	// Not also on ctx.Done(): the group may already be committing this
 	// order, and a caller must not be told "failed" of an order that exists.
 	// A group ends within groupTimeout.
@@ -97,26 +94,9 @@ func (g *grouper) create(ctx context.Context, p store.CreateOrderParams) (store.
 	return c.res, c.err
 }
 
-// lead commits queued groups until the queue is empty.
-func (g *grouper) lead() {
-	for {
-		g.mu.Lock()
-		if len(g.queue) == 0 {
-			g.leaders--
-			g.mu.Unlock()
-			return
-		}
-		n := min(len(g.queue), g.max)
-		calls := g.queue[:n:n]
-		g.queue = slices.Clone(g.queue[n:])
-		g.mu.Unlock()
-		g.run(calls)
-	}
-}
-
 // run commits one group and answers its callers.
 func (g *grouper) run(calls []*createCall) {
-	var group, alone []*createCall
+	var batch, alone []*createCall
 	keys, ids := map[string]bool{}, map[string]bool{}
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
@@ -134,18 +114,18 @@ func (g *grouper) run(calls []*createCall) {
 		if k != "" {
 			keys[k] = true
 		}
-		group = append(group, c)
+		batch = append(batch, c)
 	}
-	if len(group) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), groupTimeout)
-		out, err := g.s.createGroup(ctx, group)
+	if len(batch) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
+		out, err := g.s.createGroup(ctx, batch)
 		cancel()
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
 			g.groups.Add(1)
-			g.grouped.Add(int64(len(group)))
-			for i, c := range group {
+			g.grouped.Add(int64(len(batch)))
+			for i, c := range batch {
 				if out[i].alone {
 					alone = append(alone, c)
 					continue
@@ -161,11 +141,11 @@ func (g *grouper) run(calls []*createCall) {
 			// order id, a value a constraint refuses… Each order alone gets
 			// the answer that concerns it.
 			g.fallbacks.Add(1)
-			alone = append(group, alone...)
+			alone = append(batch, alone...)
 		default:
 			// The connection or the context failed: whether the COMMIT
 			// happened is unknown, as it would be for a lone create.
-			for _, c := range group {
+			for _, c := range batch {
 				c.finish(store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", c.p.ID, err))
 			}
 		}

@@ -173,9 +173,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{pool: pool, clock: cfg.Clock, retries: cfg.Retries, stmts: stmts}
 	if cfg.CreateGroup > 1 {
-		// One group in flight: the next one forms while it commits, and
-		// grows with the load (see group.go for the figures).
-		s.groups = &grouper{s: s, max: cfg.CreateGroup, maxLeaders: 1}
+		s.groups = newGrouper(s, cfg.CreateGroup)
 	}
 	return s, nil
 }

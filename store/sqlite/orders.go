@@ -168,6 +168,24 @@ func moveStock(ctx context.Context, tx *sql.Tx, now time.Time, action string, id
 
 // CreateOrder implements store.Orders.
 func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	if s.groups != nil {
+		return s.createGrouped(ctx, p)
+	}
+	var res store.CreateOrderResult
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		res, err = s.createIn(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+// createIn creates one order in tx; an error leaves tx to be rolled back (or
+// rolled back to a savepoint taken before).
+func (s *Store) createIn(ctx context.Context, tx *sql.Tx, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	now := s.clock.Now()
 	o := order.Order{
 		ID: p.ID, Status: order.Pending, Items: p.Items, AmountCents: p.AmountCents, Currency: p.Currency,
@@ -176,7 +194,7 @@ func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (sto
 	o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
 	o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)
 	var res store.CreateOrderResult
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := func() error {
 		if p.IdempotencyKey != "" {
 			var hash, id string
 			err := tx.QueryRowContext(ctx, q.Get("idempotency_get"), p.IdempotencyKey).Scan(&hash, &id)
@@ -227,9 +245,9 @@ func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (sto
 		}
 		res = store.CreateOrderResult{Order: o}
 		return insertEvents(ctx, tx, now, order.EventCreated, o)
-	})
+	}()
 	if err != nil {
-		return store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", p.ID, err)
+		return store.CreateOrderResult{}, err
 	}
 	return res, nil
 }

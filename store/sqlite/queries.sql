@@ -174,3 +174,14 @@ WHERE published_at IS NULL ORDER BY seq LIMIT ?1;
 -- name: mark_published
 UPDATE outbox SET published_at = ?1
 WHERE seq IN (SELECT value FROM json_each(?2)) AND published_at IS NULL;
+
+-- name: savepoint
+-- Each create of a group runs behind one (group.go): a create that fails is
+-- undone alone, the others stay in the group's transaction.
+SAVEPOINT create_order;
+
+-- name: rollback_to_savepoint
+ROLLBACK TO create_order;
+
+-- name: release_savepoint
+RELEASE create_order;

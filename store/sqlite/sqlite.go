@@ -15,12 +15,14 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/internal/group"
 	"github.com/lapsehq/lapse/internal/migrate"
 	"github.com/lapsehq/lapse/internal/sqlcount"
 	"github.com/lapsehq/lapse/internal/sqlfile"
@@ -46,6 +48,10 @@ type Config struct {
 	Synchronous string
 	// Readers is the number of read connections. Defaults to 4.
 	Readers int
+	// CreateGroup is the most creates committed in one transaction when they
+	// arrive together (group commit, see group.go). Defaults to 32; 1 gives
+	// every create a transaction of its own.
+	CreateGroup int
 }
 
 func (c *Config) setDefaults() {
@@ -58,7 +64,15 @@ func (c *Config) setDefaults() {
 	if c.Readers == 0 {
 		c.Readers = 4
 	}
+	if c.CreateGroup == 0 {
+		c.CreateGroup = DefaultCreateGroup
+	}
 }
+
+// DefaultCreateGroup is Config.CreateGroup's default: a group holds the one
+// writer while it runs, so it is kept short enough (a few ms) for a timeout
+// cancel waiting behind it.
+const DefaultCreateGroup = 32
 
 func (c *Config) validate() error {
 	if c.Path == "" {
@@ -80,8 +94,11 @@ type Store struct {
 	w      *sql.DB // the single writer
 	r      *sql.DB // readers
 	clock  clock.Clock
-	writer writer            // who gets w next
-	stmts  *sqlcount.Counter // both pools' statements (Statements)
+	writer writer                    // who gets w next
+	stmts  *sqlcount.Counter         // both pools' statements (Statements)
+	groups *group.Queue[*createCall] // nil: every create alone
+
+	groupsRun, grouped atomic.Int64 // groups committed, the orders they held
 }
 
 var _ store.Store = (*Store)(nil)
@@ -148,7 +165,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	r.SetMaxOpenConns(cfg.Readers)
 	r.SetMaxIdleConns(cfg.Readers)
-	return &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}, nil
+	s := &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}
+	if cfg.CreateGroup > 1 {
+		s.groups = group.New(cfg.CreateGroup, s.createGroup)
+	}
+	return s, nil
 }
 
 // Ping implements store.Store: both pools must answer.

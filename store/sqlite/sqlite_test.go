@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
@@ -104,9 +106,46 @@ func TestAuditDetectsViolations(t *testing.T) {
 func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, clock.Real{})
-	// BEGIN IMMEDIATE, the order, one reservation per item, the items, the
-	// ledger, the event, COMMIT.
-	if n := storetest.CountsStatements(t, s); n != 8 {
-		t.Errorf("one create of two items: %d statements, want 8", n)
+	// BEGIN IMMEDIATE, the savepoint of group commit (a group of one here),
+	// the order, one reservation per item, the items, the ledger, the event,
+	// the savepoint's release, COMMIT.
+	if n := storetest.CountsStatements(t, s); n != 10 {
+		t.Errorf("one create of two items: %d statements, want 10", n)
+	}
+}
+
+// Creates sent at once share transactions (what they answer is storetest's
+// "creates sent at once are answered as if alone"); CreateGroup 1 turns it off.
+func TestGroupCommitGroups(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1} {
+		path := filepath.Join(t.TempDir(), "lapse.db")
+		s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, CreateGroup: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		storetest.Stock(t, s, 1000, "a")
+		var ps []store.CreateOrderParams
+		for i := range 100 {
+			ps = append(ps, storetest.Params(fmt.Sprintf("o%03d", i), order.Item{SKU: "a", Qty: 1}))
+		}
+		_, errs := storetest.CreateAll(s, ps)
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("%s: %v", ps[i].ID, err)
+			}
+		}
+		groups, orders := s.GroupStats()
+		switch {
+		case size == 1 && groups != 0:
+			t.Errorf("CreateGroup 1: %d groups of %d orders, want none", groups, orders)
+		case size == 0 && (orders != 100 || groups >= orders):
+			t.Errorf("default CreateGroup: %d groups for %d orders, want fewer groups than the 100 orders", groups, orders)
+		}
+		storetest.AuditOK(t, s)
 	}
 }

@@ -41,6 +41,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("create reserves every item or nothing", func(t *testing.T) { testCreateAllOrNothing(t, newStore) })
 	t.Run("create refuses a duplicate id", func(t *testing.T) { testDuplicateID(t, newStore) })
 	t.Run("idempotency keys replay the same order and reserve once", func(t *testing.T) { testIdempotency(t, newStore) })
+	t.Run("creates sent at once are answered as if alone", func(t *testing.T) { testConcurrentCreates(t, newStore) })
 	t.Run("start payment needs expires_at ahead", func(t *testing.T) { testStartPaymentExpiry(t, newStore) })
 	t.Run("a payment with another amount changes nothing", func(t *testing.T) { testAmountMismatch(t, newStore) })
 	t.Run("cancel due honours cancel_after and payment attempts", func(t *testing.T) { testCancelDueGuards(t, newStore) })
