@@ -105,7 +105,11 @@ func (r *Relay) once(ctx context.Context, limit int) (int, error) {
 	for i, e := range evs {
 		seqs[i] = e.Seq
 	}
-	if err := r.Store.MarkPublished(ctx, seqs); err != nil {
+	// Published: record it even if shutdown began meanwhile, or the last pass
+	// would deliver these events a second time.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.Store.MarkPublished(mctx, seqs); err != nil {
 		return 0, err
 	}
 	if r.OnPublished != nil {

@@ -91,3 +91,47 @@ func TestRelayDeliversInOrderAfterSinkFailures(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// cancelling is a sink that ends the relay's run (a shutdown) while it
+// publishes, after accepting the events.
+type cancelling struct {
+	recorder
+	cancel context.CancelFunc
+}
+
+func (c *cancelling) Publish(ctx context.Context, evs []order.Event) error {
+	c.cancel()
+	return c.recorder.Publish(ctx, evs)
+}
+
+// Events a sink accepted just as shutdown began are marked published anyway,
+// so the relay's last pass does not deliver them again.
+func TestRelayShutdownDuringPublishDeliversOnce(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "o.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Stock(t, st, 10, "a")
+	storetest.Create(t, st, "o1", "a")
+	runCtx, cancel := context.WithCancel(ctx)
+	sink := &cancelling{cancel: cancel}
+	relay := &outbox.Relay{Store: st, Sink: sink, Interval: 5 * time.Millisecond, Logger: discard()}
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay did not stop within 10s of its context ending")
+	}
+	if got := sink.events(); len(got) != 1 || got[0] != "o1 order.created" {
+		t.Fatalf("delivered %v, want [o1 order.created] once", got)
+	}
+	if left, _ := st.UnpublishedEvents(ctx, 10); len(left) != 0 {
+		t.Fatalf("%d events left unpublished", len(left))
+	}
+}

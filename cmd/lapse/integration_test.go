@@ -189,21 +189,23 @@ func flushRedis(t *testing.T, u string) {
 	}
 }
 
-// placeOrders creates n orders through the servers in turn, with deadlines
-// spread evenly over spread starting at first; it returns the last deadline.
+// placeOrders creates n orders through the servers in turn (four requests in
+// flight per server), with deadlines spread evenly over spread starting at
+// first.
 func placeOrders(t *testing.T, servers []*server, prefix string, n int, first time.Time, spread time.Duration) {
 	t.Helper()
+	const perServer = 4
 	var wg sync.WaitGroup
-	for w := range servers {
+	for w := range len(servers) * perServer {
 		wg.Go(func() {
-			for i := w; i < n; i += len(servers) {
+			for i := w; i < n; i += len(servers) * perServer {
 				due := first.Add(time.Duration(i) * spread / time.Duration(n))
 				secs := time.Until(due).Seconds()
 				if secs < 0.05 {
 					t.Errorf("order %d placed after its deadline: the test machine is too slow", i)
 					return
 				}
-				servers[w].call("POST", "/v1/orders", fmt.Sprintf(`{"id":"%s-%03d","items":[{"sku":"hot","qty":1}],"amount_cents":100,"timeout_seconds":%.3f}`, prefix, i, secs), 201)
+				servers[w%len(servers)].call("POST", "/v1/orders", fmt.Sprintf(`{"id":"%s-%03d","items":[{"sku":"hot","qty":1}],"amount_cents":100,"timeout_seconds":%.3f}`, prefix, i, secs), 201)
 			}
 		})
 	}
