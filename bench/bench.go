@@ -520,11 +520,7 @@ func (r *run) waitCancels(ctx context.Context) ([]order.Order, error) {
 		if n != seen {
 			seen, still = n, time.Now()
 		} else if time.Since(still) > standstill && time.Now().After(lastDue) {
-			var got []order.Order
-			err := r.retry(ctx, func() (err error) {
-				got, err = r.listCancelled(ctx)
-				return err
-			})
+			got, err := r.listCancelledRetrying(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -538,11 +534,7 @@ func (r *run) waitCancels(ctx context.Context) ([]order.Order, error) {
 		}
 	}
 	for {
-		var got []order.Order
-		err := r.retry(ctx, func() (err error) {
-			got, err = r.listCancelled(ctx)
-			return err
-		})
+		got, err := r.listCancelledRetrying(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -556,6 +548,16 @@ func (r *run) waitCancels(ctx context.Context) ([]order.Order, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// listCancelledRetrying is listCancelled, retried through a fault (r.retry).
+func (r *run) listCancelledRetrying(ctx context.Context) ([]order.Order, error) {
+	var got []order.Order
+	err := r.retry(ctx, func() (err error) {
+		got, err = r.listCancelled(ctx)
+		return err
+	})
+	return got, err
 }
 
 // listCancelled reads this run's timeout-cancelled orders.

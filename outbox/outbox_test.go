@@ -42,16 +42,23 @@ func (r *recorder) events() []string {
 	return append([]string(nil), r.got...)
 }
 
-func TestRelayDeliversInOrderAfterSinkFailures(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "o.db")})
+// openStore returns a migrated SQLite store in the test's directory.
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "o.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+func TestRelayDeliversInOrderAfterSinkFailures(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
 	storetest.Stock(t, st, 10, "a")
 	storetest.Create(t, st, "o1", "a")
 	if _, err := st.CancelOrder(ctx, "o1"); err != nil {
@@ -108,14 +115,7 @@ func (c *cancelling) Publish(ctx context.Context, evs []order.Event) error {
 // so the relay's last pass does not deliver them again.
 func TestRelayShutdownDuringPublishDeliversOnce(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "o.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t)
 	storetest.Stock(t, st, 10, "a")
 	storetest.Create(t, st, "o1", "a")
 	runCtx, cancel := context.WithCancel(ctx)
