@@ -470,8 +470,11 @@ func benchCancelDue(b *testing.B, batch int, claim bool) {
 func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, nil)
-	n := storetest.CountsStatements(t, s)
-	t.Logf("one create of two items: %d statements", n)
+	// A group of one: BEGIN, the database clock, the SKU lock, then orders,
+	// items, reservation, ledger and event in one round trip, COMMIT.
+	if n := storetest.CountsStatements(t, s); n != 9 {
+		t.Errorf("one create of two items: %d statements, want 9", n)
+	}
 }
 
 // The queries that read an order's items by a batch of order ids walk the
