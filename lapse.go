@@ -230,7 +230,8 @@ func (s *Service) Registry() prometheus.Gatherer { return s.metrics.gatherer }
 // Store returns the store the service runs on.
 func (s *Service) Store() store.Store { return s.store }
 
-// Run seeds the scheduler (unless it is durable), relays outbox events, runs
+// Run seeds the scheduler (unless it is durable; waiting for a store that does
+// not answer yet, see seedRetrying), relays outbox events, runs
 // the fallback sweep and cancels due orders until ctx ends. When ctx ends it
 // stops claiming timers, finishes the batch in hand and returns nil.
 func (s *Service) Run(ctx context.Context) error {
@@ -238,11 +239,8 @@ func (s *Service) Run(ctx context.Context) error {
 		if sd, ok := s.timers.(timer.Seeder); ok {
 			sd.SetSeed(s.seed) // the scheduler seeds itself when it finds its index empty
 		} else if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
-			if err := s.seed(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil // stopped while seeding
-				}
-				return err
+			if err := s.seedRetrying(ctx); err != nil {
+				return nil // stopped while seeding
 			}
 		}
 	}
@@ -273,6 +271,28 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("lapse: scheduler stopped: %w", err)
+}
+
+// seedRetrying seeds until it succeeds or ctx ends (its only error). A store
+// that does not answer at start — a database restarting along with lapse —
+// delays the timers, it does not stop the service: the orders wait in the
+// store, and a seed is an upsert, so starting it again loses nothing. Each
+// failure is logged, with backoff from 100 ms to 5 s.
+func (s *Service) seedRetrying(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := s.seed(ctx)
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Error("seeding timers from the store failed; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // seed schedules every pending order's timer, earliest first, so a

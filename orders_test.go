@@ -67,3 +67,42 @@ func TestRetriedCreateWhoseAnswerWasLostStillTimesOut(t *testing.T) {
 	waitFor(t, 5*time.Second, "the replayed order to time out", func() bool { return status(t, svc, "o-1") == order.Cancelled })
 	storetest.AuditOK(t, st)
 }
+
+// unreachable is a store whose PendingDeadlines fails a number of times
+// first, as a database that is restarting when lapse starts.
+type unreachable struct {
+	store.Store
+	failures atomic.Int32
+}
+
+func (s *unreachable) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
+	if s.failures.Add(-1) >= 0 {
+		return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return s.Store.PendingDeadlines(ctx, after, limit)
+}
+
+// In-process timers are seeded from the store at start; a store that does
+// not answer yet delays the seed (retried with backoff) rather than stopping
+// the service, and the orders it holds are still cancelled on time.
+func TestSeedWaitsForTheStore(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "s.db"))
+	t.Cleanup(func() { st.Close() })
+	storetest.Stock(t, st, 10, "sku")
+	if _, err := st.CreateOrder(context.Background(), store.CreateOrderParams{
+		ID: "o-1", Items: []order.Item{{SKU: "sku", Qty: 1}}, AmountCents: 100, Currency: "EUR", Timeout: 50 * time.Millisecond,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	flaky := &unreachable{Store: st}
+	flaky.failures.Store(3)
+	// No fallback sweep: only the seeded timer can cancel o-1.
+	svc := newService(t, lapse.Config{Store: flaky, SweepInterval: -1})
+	start(t, svc)
+	waitFor(t, 10*time.Second, "the order held by the store to time out", func() bool { return status(t, svc, "o-1") == order.Cancelled })
+	if left := flaky.failures.Load(); left >= 0 {
+		t.Errorf("the seed did not meet the failures (%d left)", left)
+	}
+	storetest.AuditOK(t, st)
+}
