@@ -13,6 +13,8 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -136,6 +138,29 @@ type CreateOrderParams struct {
 	// RequestHash identifies the request body for the idempotency key, so a
 	// key reused for a different order is refused rather than silently replayed.
 	RequestHash string
+}
+
+// NewOrder is the order a create of p writes at now: PENDING at version 1,
+// expires_at = now + Timeout and cancel_after = expires_at + Grace, each to
+// the millisecond. Every driver builds it here, so the deadlines mean the
+// same on every store.
+func (p CreateOrderParams) NewOrder(now time.Time) order.Order {
+	o := order.Order{
+		ID: p.ID, Status: order.Pending, Items: p.Items, AmountCents: p.AmountCents, Currency: p.Currency,
+		CreatedAt: now, Version: 1,
+	}
+	o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
+	o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)
+	return o
+}
+
+// ItemsBySKU returns a copy of items in SKU order. Drivers reserve an order's
+// SKUs in this order, so two orders sharing SKUs never hold one row each while
+// waiting for the other's.
+func ItemsBySKU(items []order.Item) []order.Item {
+	items = slices.Clone(items)
+	slices.SortFunc(items, func(a, b order.Item) int { return strings.Compare(a.SKU, b.SKU) })
+	return items
 }
 
 // CreateOrderResult is the order created, or the one an idempotency key already made.

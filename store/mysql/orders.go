@@ -227,19 +227,13 @@ func moveStock(ctx context.Context, tx *sql.Tx, now time.Time, action string, os
 func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	var res store.CreateOrderResult
 	// Reserve in SKU order: two orders sharing SKUs lock them in the same order.
-	byKey := slices.Clone(p.Items)
-	slices.SortFunc(byKey, func(a, b order.Item) int { return strings.Compare(a.SKU, b.SKU) })
+	byKey := store.ItemsBySKU(p.Items)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now, err := s.now(ctx, tx)
 		if err != nil {
 			return err
 		}
-		o := order.Order{
-			ID: p.ID, Status: order.Pending, Items: p.Items, AmountCents: p.AmountCents, Currency: p.Currency,
-			CreatedAt: now, Version: 1,
-		}
-		o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
-		o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)
+		o := p.NewOrder(now)
 		if p.IdempotencyKey != "" {
 			// The key goes first: a concurrent request with the same key waits
 			// here until this transaction ends, then finds the key and replays.

@@ -57,12 +57,11 @@ var errGroupMismatch = errors.New("postgres: group reservation changed fewer SKU
 
 // createCall is one CreateOrder waiting for its group.
 type createCall struct {
-	ctx   context.Context
-	p     store.CreateOrderParams
-	items []order.Item // p.Items in SKU order
-	res   store.CreateOrderResult
-	err   error
-	done  chan struct{}
+	ctx  context.Context
+	p    store.CreateOrderParams // Items in SKU order
+	res  store.CreateOrderResult
+	err  error
+	done chan struct{}
 }
 
 func (c *createCall) finish(res store.CreateOrderResult, err error) {
@@ -85,7 +84,8 @@ func newGrouper(s *Store, size int) *grouper {
 }
 
 func (g *grouper) create(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	c := &createCall{ctx: ctx, p: p, items: sortedItems(p.Items), done: make(chan struct{})}
+	p.Items = store.ItemsBySKU(p.Items)
+	c := &createCall{ctx: ctx, p: p, done: make(chan struct{})}
 	g.queue.Add(c)
 	// Not also on ctx.Done(): the group may already be committing this
 	// order, and a caller must not be told "failed" of an order that exists.
@@ -181,7 +181,7 @@ func (s *Store) createGroup(ctx context.Context, calls []*createCall) ([]groupOu
 			if c.p.IdempotencyKey != "" {
 				byKey[c.p.IdempotencyKey] = c
 			}
-			for _, it := range c.items {
+			for _, it := range c.p.Items {
 				skuSet[it.SKU] = true
 			}
 		}
@@ -225,7 +225,7 @@ func (s *Store) createGroup(ctx context.Context, calls []*createCall) ([]groupOu
 				continue
 			}
 			short := ""
-			for _, it := range c.items {
+			for _, it := range c.p.Items {
 				if avail[it.SKU]-take[it.SKU] < it.Qty {
 					short = it.SKU
 					break
@@ -238,13 +238,8 @@ func (s *Store) createGroup(ctx context.Context, calls []*createCall) ([]groupOu
 				}
 				continue
 			}
-			o := order.Order{
-				ID: c.p.ID, Status: order.Pending, Items: c.items, AmountCents: c.p.AmountCents,
-				Currency: c.p.Currency, CreatedAt: now, Version: 1,
-			}
-			o.ExpiresAt = now.Add(c.p.Timeout).Truncate(time.Millisecond)
-			o.CancelAfter = o.ExpiresAt.Add(c.p.Grace).Truncate(time.Millisecond)
-			for _, it := range c.items {
+			o := c.p.NewOrder(now)
+			for _, it := range c.p.Items {
 				take[it.SKU] += it.Qty
 				itemOrder, itemSKUs, itemQtys = append(itemOrder, o.ID), append(itemSKUs, it.SKU), append(itemQtys, it.Qty)
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -195,22 +194,13 @@ func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (sto
 	return s.groups.create(ctx, p)
 }
 
-// sortedItems returns a copy of items in SKU order: reserving in SKU order
-// means two orders sharing SKUs never hold one row each while waiting for the
-// other's.
-func sortedItems(items []order.Item) []order.Item {
-	items = slices.Clone(items)
-	slices.SortFunc(items, func(a, b order.Item) int { return strings.Compare(a.SKU, b.SKU) })
-	return items
-}
-
 // createOne creates one order in a transaction of its own. The idempotency
 // key is taken first, so concurrent retries of one request queue on it and
 // replay the first's order.
 func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	items := sortedItems(p.Items)
-	skus, qtys := make([]string, len(items)), make([]int64, len(items))
-	for i, it := range items {
+	p.Items = store.ItemsBySKU(p.Items)
+	skus, qtys := make([]string, len(p.Items)), make([]int64, len(p.Items))
+	for i, it := range p.Items {
 		skus[i], qtys[i] = it.SKU, it.Qty
 	}
 	var res store.CreateOrderResult
@@ -219,12 +209,7 @@ func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store
 		if err != nil {
 			return err
 		}
-		o := order.Order{
-			ID: p.ID, Status: order.Pending, Items: items, AmountCents: p.AmountCents, Currency: p.Currency,
-			CreatedAt: now, Version: 1,
-		}
-		o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
-		o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)
+		o := p.NewOrder(now)
 		if p.IdempotencyKey != "" {
 			var key string
 			err := tx.QueryRow(ctx, q.Get("idempotency_claim"), p.IdempotencyKey, p.RequestHash, o.ID, now).Scan(&key)
@@ -253,7 +238,7 @@ func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store
 			}
 			return fmt.Errorf("insert order: %w", err)
 		}
-		for _, it := range items {
+		for _, it := range p.Items {
 			tag, err := tx.Exec(ctx, q.Get("reserve_sku"), it.Qty, it.SKU, now)
 			if err != nil {
 				return fmt.Errorf("reserve %s: %w", it.SKU, err)

@@ -187,12 +187,7 @@ func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (sto
 // rolled back to a savepoint taken before).
 func (s *Store) createIn(ctx context.Context, tx *sql.Tx, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	now := s.clock.Now()
-	o := order.Order{
-		ID: p.ID, Status: order.Pending, Items: p.Items, AmountCents: p.AmountCents, Currency: p.Currency,
-		CreatedAt: now, Version: 1,
-	}
-	o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
-	o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)
+	o := p.NewOrder(now)
 	var res store.CreateOrderResult
 	err := func() error {
 		if p.IdempotencyKey != "" {
