@@ -7,7 +7,21 @@
 // for a timer; under load the groups grow with it.
 package group
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Timeout bounds one group's work (its transaction).
+const Timeout = 30 * time.Second
+
+// Context is what a group runs on: the values of ctx (one of its callers'),
+// not its cancellation — a group serves many callers, and one that gives up
+// must not roll back the others' — bounded by Timeout.
+func Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), Timeout)
+}
 
 // Queue runs groups of the values added to it, one group at a time, each on
 // a goroutine of its own that keeps running groups until the queue is empty.

@@ -45,11 +45,6 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
-// groupTimeout bounds one group's transaction. A group serves many callers,
-// so it does not run on any one caller's context: a caller that gives up does
-// not roll back the others' orders.
-const groupTimeout = 30 * time.Second
-
 // errGroupMismatch is a group whose reservation changed fewer SKU rows than
 // it locked and checked: it should not happen, and the orders are then
 // created one by one.
@@ -89,7 +84,7 @@ func (g *grouper) create(ctx context.Context, p store.CreateOrderParams) (store.
 	g.queue.Add(c)
 	// Not also on ctx.Done(): the group may already be committing this
 	// order, and a caller must not be told "failed" of an order that exists.
-	// A group ends within groupTimeout.
+	// A group ends within group.Timeout.
 	<-c.done
 	return c.res, c.err
 }
@@ -117,7 +112,7 @@ func (g *grouper) run(calls []*createCall) {
 		batch = append(batch, c)
 	}
 	if len(batch) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
+		ctx, cancel := group.Context(batch[0].ctx)
 		out, err := g.s.createGroup(ctx, batch)
 		cancel()
 		var pe *pgconn.PgError

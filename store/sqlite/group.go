@@ -13,14 +13,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
+	"github.com/lapsehq/lapse/internal/group"
 	"github.com/lapsehq/lapse/store"
 )
-
-// groupTimeout bounds one group's transaction. A group serves many callers,
-// so it does not run on any one caller's context.
-const groupTimeout = 30 * time.Second
 
 // createCall is one CreateOrder waiting for its group.
 type createCall struct {
@@ -58,7 +54,7 @@ func (s *Store) createGroup(calls []*createCall) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), groupTimeout)
+	ctx, cancel := group.Context(live[0].ctx)
 	defer cancel()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		for _, c := range live {
