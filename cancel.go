@@ -9,7 +9,7 @@ import (
 	"github.com/lapsehq/lapse/timer"
 )
 
-// handleDue is the cancel pipeline of DESIGN.md §6 as the timer.Handler of a
+// handleDue is the cancel pipeline of docs/architecture.md §4 as the timer.Handler of a
 // scheduler: the batch's orders are cancelled in one store transaction, and
 // the batch is acknowledged (nil) only after it commits.
 func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {

@@ -12,7 +12,7 @@ import (
 )
 
 // checker asks the payment gateway about orders that cannot be cancelled
-// blind (DESIGN.md §3, §6): PAYING orders, and PENDING orders with a failed
+// blind (docs/architecture.md §2, §4): PAYING orders, and PENDING orders with a failed
 // attempt, once past cancel_after. The rules:
 //
 //   - gateway says PAID: the order is marked PAID (stock committed, order.paid);

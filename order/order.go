@@ -11,7 +11,7 @@ import "time"
 // Status is where an order is in its lifecycle.
 type Status string
 
-// The four statuses of DESIGN.md §3. PAID and CANCELLED are final.
+// The four statuses of docs/architecture.md §2. PAID and CANCELLED are final.
 const (
 	Pending   Status = "PENDING"
 	Paying    Status = "PAYING"

@@ -31,7 +31,7 @@ type Effect struct {
 	RefundRequired bool
 }
 
-// Transition is the state machine of DESIGN.md §3 as data, with no time
+// Transition is the state machine of docs/architecture.md §2 as data, with no time
 // conditions: StartPayment on an expired PENDING order is refused with
 // order_expired, and Timeout before cancel_after changes nothing; both are
 // decided by the stores' guards, not here.

@@ -28,7 +28,7 @@ type Status struct {
 var ErrAlreadyPaid = errors.New("payment: trade already paid")
 
 // Gateway is what lapse asks a payment gateway before it cancels an order
-// that had a payment attempt (DESIGN.md §3, §6). Any error means "unknown":
+// that had a payment attempt (docs/architecture.md §2, §4). Any error means "unknown":
 // lapse retries later and never cancels on an error.
 //
 // Users of a gateway other than lapse's generic JSON protocol write a small

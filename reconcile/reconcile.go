@@ -1,5 +1,5 @@
 // Package reconcile compares lapse's orders with the payment gateway's
-// records and reports every disagreement (DESIGN.md §1: the last line of
+// records and reports every disagreement (docs/architecture.md §1: the last line of
 // defence behind the grace window, the gateway check and the confirmation
 // query).
 //

@@ -3,7 +3,7 @@
 //
 // A driver implements Store with one local transaction per method and one
 // conditional UPDATE per state transition, whose affected-row count decides
-// who won a race (DESIGN.md §3). Nothing is read and then written back: where a
+// who won a race (docs/architecture.md §2). Nothing is read and then written back: where a
 // driver reads after a write, it is only to explain a write that matched no row.
 //
 // Every driver passes the conformance suite in store/storetest against a real
@@ -121,7 +121,7 @@ type Outbox interface {
 	MarkPublished(ctx context.Context, seqs []int64) error
 }
 
-// Auditor checks the invariants of DESIGN.md §9 over the whole database.
+// Auditor checks the invariants of docs/architecture.md §7 over the whole database.
 type Auditor interface {
 	Audit(ctx context.Context, p AuditParams) (AuditReport, error)
 }

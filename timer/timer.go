@@ -2,7 +2,7 @@
 // backends (memory, sql, redis, amqp), all passing the conformance suite in
 // timer/timertest.
 //
-// Timers only trigger; the store decides (DESIGN.md §2). A timer delivered
+// Timers only trigger; the store decides (docs/architecture.md §1). A timer delivered
 // twice, late, or for an order already paid is harmless, because the cancel is
 // a conditional update guarded by the database. What a backend must never do
 // is deliver a timer before its due time, or lose one.

@@ -1,9 +1,9 @@
 -- The invariants of DESIGN.md §9, with the same names as every other store.
 -- Each query returns one row per violation, one text column `detail` that a
--- person can read. Audit first sets two session variables on its connection:
--- @now, the audit's clock (DATETIME(3), UTC), and @lag_ms, the allowed lag in
--- milliseconds. Names prefixed `warn_` are warnings: worth a look, no
--- invariant broken.
+-- person can read. Before each check, Audit sets two session variables in
+-- its transaction (audit_params in queries.sql): @now, the audit's clock
+-- (DATETIME(3), UTC), and @lag_ms, the allowed lag in milliseconds. Names
+-- prefixed `warn_` are warnings: worth a look, no invariant broken.
 
 -- name: stock_conserved
 SELECT CONCAT('sku ', sku, ': available ', available, ' + locked ', locked, ' + sold ', sold,

@@ -103,11 +103,7 @@ func (s *Store) apply(ctx context.Context, conn *sql.Conn, m migrate.Migration) 
 			return fmt.Errorf("step %s: %w", st.Name, err)
 		}
 	}
-	now, err := s.now(ctx, conn)
-	if err != nil {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, q.Get("schema_migrations_insert"), m.Version, m.Name, now); err != nil {
+	if _, err := conn.ExecContext(ctx, q.Get("schema_migrations_insert"), m.Version, m.Name); err != nil {
 		return fmt.Errorf("record version: %w", err)
 	}
 	return nil

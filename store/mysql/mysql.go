@@ -1,21 +1,26 @@
 // Package mysql is lapse's store on MySQL 8.0+ and MariaDB 10.6+, through
 // database/sql and github.com/go-sql-driver/mysql.
 //
-// Guarantees, as for every store (package store):
+// It is a driver of package store/core, which holds the logic of every
+// transaction once (which statements run in which order, what is decided in
+// Go, the clock, retries, the ledger and outbox rows each transition leaves):
+// this package supplies the statements (queries.sql, audit.sql), its
+// connection pool, and what is particular to MySQL:
 //
-//   - Every transition is one conditional UPDATE … WHERE id = ? AND status = …
-//     whose affected-row count decides; the winner reads its row back in the
-//     same transaction (MySQL has no UPDATE … RETURNING).
-//   - A timer batch is one transaction: its orders are locked
-//     (SELECT … FOR UPDATE), cancelled, their stock released and ledgered and
-//     their events written set-based; claim mode finds the batch itself with
-//     FOR UPDATE SKIP LOCKED, so any number of instances can sweep at once.
-//   - One clock decides (DESIGN.md §5). With Config.Clock set, every guard
-//     compares against that clock's time, passed as a parameter. Without one,
-//     each transaction reads the server's UTC_TIMESTAMP(3) once and uses it for
-//     every guard and timestamp it writes, so lapse instances whose clocks
-//     drift cannot cancel an order early.
-//   - Deadlocks and lock-wait timeouts retry the whole transaction (Config.Retries).
+//   - No UPDATE … RETURNING: a guarded UPDATE whose affected-row count is 1
+//     (matched rows: CLIENT_FOUND_ROWS) reads its order back in the same
+//     transaction.
+//   - A duplicate key fails the statement, not the transaction: an
+//     idempotency key another request holds is found by its INSERT failing.
+//   - A timer batch locks the orders it cancels (SELECT … FOR UPDATE; claim
+//     mode with SKIP LOCKED, so any number of instances can sweep at once),
+//     cancels them in one UPDATE and reads them back.
+//   - Stock moves set-based, in UPDATEs whose join order MySQL chooses, so
+//     the SKU rows are locked first, in primary-key order, by a locking read.
+//   - The database's clock is UTC_TIMESTAMP(3). Deadlocks (1213) and
+//     lock-wait timeouts (1205) class as retryable: the core runs the whole
+//     transaction again (Config.Retries).
+//   - One create per transaction: no group commit.
 //
 // Tables are InnoDB in utf8mb4_bin (identifiers compare byte for byte, as in
 // the other stores), with times in DATETIME(3), UTC. The SQL lives in
@@ -37,7 +42,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
@@ -48,6 +52,7 @@ import (
 	"github.com/lapsehq/lapse/internal/sqlcount"
 	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
 //go:embed migrations/*.sql queries.sql audit.sql
@@ -122,10 +127,12 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Store is the MySQL/MariaDB implementation of store.Store.
+// Store is the MySQL/MariaDB implementation of store.Store: the core's
+// transactions (package store/core) on this package's statements, plus
+// Migrate, Ping, Close and Statements.
 type Store struct {
+	*core.Store
 	db    *sql.DB
-	clock clock.Clock // nil: the database's clock
 	cfg   Config
 	stmts *sqlcount.Counter // db's statements (Statements)
 }
@@ -270,7 +277,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("mysql: open %s: %w", where, err)
 	}
-	return &Store{db: db, clock: cfg.Clock, cfg: cfg, stmts: stmts}, nil
+	s := &Store{db: db, cfg: cfg, stmts: stmts}
+	s.Store = core.New(core.Config{
+		Driver:      pool{executor{db}, db},
+		Clock:       cfg.Clock,
+		Retries:     max(cfg.Retries, 0), // -1: none
+		CreateGroup: 1,                   // no group commit: one create per transaction
+	})
+	return s, nil
 }
 
 // connect opens a pool whose statements stmts counts.
@@ -297,108 +311,3 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the connection pool.
 func (s *Store) Close() error { return s.db.Close() }
-
-// querier is what *sql.DB, *sql.Conn and *sql.Tx share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// now is the time every guard and timestamp of one transaction uses: the
-// configured clock's, or else the database's, read once.
-func (s *Store) now(ctx context.Context, db querier) (time.Time, error) {
-	if s.clock != nil {
-		return s.clock.Now().UTC().Truncate(time.Millisecond), nil
-	}
-	var t time.Time
-	if err := db.QueryRowContext(ctx, q.Get("db_now")).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-	}
-	return t.UTC(), nil
-}
-
-// tx runs fn in one transaction, committed if fn returns nil. A deadlock or a
-// lock-wait timeout anywhere in it rolls it back and runs fn again, up to
-// Config.Retries times, so fn must start from scratch each time.
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := s.tryTx(ctx, fn)
-		if err == nil || !retryable(err) || attempt >= s.cfg.Retries {
-			return err
-		}
-		// Back off a little, with jitter, so the transactions that collided
-		// do not collide again in lockstep.
-		wait := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-		wait += rand.N(wait)
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(wait):
-		}
-	}
-}
-
-func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// MySQL and MariaDB error numbers the store interprets.
-const (
-	erDupEntry              = 1062 // ER_DUP_ENTRY: a primary or unique key refused a row
-	erLockWaitTimeout       = 1205 // ER_LOCK_WAIT_TIMEOUT
-	erLockDeadlock          = 1213 // ER_LOCK_DEADLOCK: InnoDB rolled the transaction back
-	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
-	erTableExists           = 1050 // ER_TABLE_EXISTS_ERROR
-	erDupFieldName          = 1060 // ER_DUP_FIELDNAME
-	erDupKeyName            = 1061 // ER_DUP_KEYNAME
-	erCantDropFieldOrKey    = 1091 // ER_CANT_DROP_FIELD_OR_KEY
-)
-
-// errDuplicate marks a row refused by a primary or unique key.
-var errDuplicate = errors.New("mysql: duplicate key")
-
-// errLedgerRefused is a second ledger row of the same action for an order
-// item: a release or commit that already happened. It rolls the transaction back.
-var errLedgerRefused = errors.New("mysql: stock ledger already holds this action")
-
-// interpretError maps a driver error to lapse's terms: a duplicate key
-// becomes onDuplicate (a store sentinel or errLedgerRefused, chosen by the
-// statement that hit it; errDuplicate when nil), keeping the driver's message.
-// Other errors are returned as they are; retryable reads them.
-func interpretError(err error, onDuplicate error) error {
-	var me *gomysql.MySQLError
-	if !errors.As(err, &me) {
-		return err
-	}
-	if me.Number == erDupEntry {
-		if onDuplicate == nil {
-			onDuplicate = errDuplicate
-		}
-		return fmt.Errorf("%w (%s)", onDuplicate, me.Message)
-	}
-	return err
-}
-
-// isDuplicate reports whether err is a duplicate-key refusal.
-func isDuplicate(err error) bool {
-	return errors.Is(interpretError(err, nil), errDuplicate)
-}
-
-// retryable reports whether err rolled back (or must roll back) a
-// transaction that can simply run again: a deadlock or a lock-wait timeout.
-func retryable(err error) bool {
-	var me *gomysql.MySQLError
-	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout)
-}

@@ -75,7 +75,13 @@ func randomHex(n int) string {
 // openURL opens a store on url, closed when the test ends.
 func openURL(t testing.TB, url string, clk clock.Clock) *mysql.Store {
 	t.Helper()
-	s, err := mysql.Open(context.Background(), mysql.Config{URL: url, Clock: clk})
+	return openConfig(t, mysql.Config{URL: url, Clock: clk})
+}
+
+// openConfig opens a store configured by cfg, closed when the test ends.
+func openConfig(t testing.TB, cfg mysql.Config) *mysql.Store {
+	t.Helper()
+	s, err := mysql.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +100,6 @@ func open(t testing.TB, clk clock.Clock) (*mysql.Store, *sql.DB) {
 	return s, db
 }
 
-func TestConformance(t *testing.T) {
-	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
-		s, _ := open(t, clk)
-		return s
-	})
-}
-
 func TestMigrateTwiceIsANoOp(t *testing.T) {
 	t.Parallel()
 	s, db := open(t, clock.Real{})
@@ -112,6 +110,14 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
 		t.Fatalf("schema_migrations holds %d rows (%v), want %d", n, err, migrations(t))
 	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
+		s, _ := open(t, clk)
+		return s
+	})
 }
 
 // Several processes starting at once on an empty database all migrate
@@ -384,4 +390,17 @@ func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
 	if n := storetest.CountsStatements(t, s); n != 9 {
 		t.Errorf("one create of two items: %d statements, want 9", n)
 	}
+}
+
+// With retries off, a deadlock would reach the caller: creates, buyer
+// cancels and timeout batches on shared SKUs, items in any order, never
+// meet one (SKU rows are locked in one order by every transaction).
+func TestNoDeadlocksWithoutRetries(t *testing.T) {
+	t.Parallel()
+	url, _ := emptyDatabase(t)
+	s := openConfig(t, mysql.Config{URL: url, Retries: -1})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	storetest.NoDeadlocks(t, s, 40)
 }

@@ -3,16 +3,13 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
 // maxList bounds the placeholders of one expanded list: longer lists are cut
@@ -79,8 +76,8 @@ func args[T any](before []any, list []T, after ...any) []any {
 
 // affected runs one statement and returns its affected-row count (matched
 // rows: the connection sets CLIENT_FOUND_ROWS).
-func affected(ctx context.Context, db querier, query string, a ...any) (int64, error) {
-	r, err := db.ExecContext(ctx, query, a...)
+func (e executor) affected(ctx context.Context, query string, a ...any) (int64, error) {
+	r, err := e.db.ExecContext(ctx, query, a...)
 	if err != nil {
 		return 0, err
 	}
@@ -127,17 +124,17 @@ func scanOrders(rows *sql.Rows) ([]order.Order, error) {
 }
 
 // queryOrders runs a query returning order rows with their items.
-func queryOrders(ctx context.Context, db querier, query string, a ...any) ([]order.Order, error) {
-	rows, err := db.QueryContext(ctx, query, a...)
+func (e executor) queryOrders(ctx context.Context, query string, a ...any) ([]order.Order, error) {
+	rows, err := e.db.QueryContext(ctx, query, a...)
 	if err != nil {
 		return nil, err
 	}
 	return scanOrders(rows)
 }
 
-// queryOrder is queryOrders for one order; ErrNotFound when none.
-func queryOrder(ctx context.Context, db querier, query string, a ...any) (order.Order, error) {
-	os, err := queryOrders(ctx, db, query, a...)
+// queryOrder is queryOrders for one order; store.ErrNotFound when none.
+func (e executor) queryOrder(ctx context.Context, query string, a ...any) (order.Order, error) {
+	os, err := e.queryOrders(ctx, query, a...)
 	if err != nil {
 		return order.Order{}, err
 	}
@@ -147,495 +144,171 @@ func queryOrder(ctx context.Context, db querier, query string, a ...any) (order.
 	return os[0], nil
 }
 
-// getOrders reads the orders of ids (missing ones are left out), by id.
-func getOrders(ctx context.Context, db querier, ids []string) (map[string]order.Order, error) {
-	out := make(map[string]order.Order, len(ids))
+// Orders implements core.Executor.
+func (e executor) Orders(ctx context.Context, ids []string) ([]order.Order, error) {
+	var out []order.Order
 	for _, chunk := range chunks(ids) {
-		os, err := queryOrders(ctx, db, each(q.Get("get_orders"), len(chunk)), args(nil, chunk)...)
+		os, err := e.queryOrders(ctx, each(q.Get("get_orders"), len(chunk)), args(nil, chunk)...)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range os {
-			out[o.ID] = o
-		}
+		out = append(out, os...)
 	}
 	return out, nil
 }
 
-// insertEvents writes one outbox row per order, its payload the order as the
-// API shows it, in one multi-row INSERT.
-func insertEvents(ctx context.Context, tx *sql.Tx, now time.Time, typ string, os ...order.Order) error {
-	for _, chunk := range chunks(os) {
-		a := make([]any, 0, 5*len(chunk))
-		for _, o := range chunk {
-			payload, err := json.Marshal(o)
-			if err != nil {
-				return fmt.Errorf("encode %s event: %w", typ, err)
-			}
-			a = append(a, uuid.Must(uuid.NewV7()).String(), typ, o.ID, string(payload), now)
-		}
-		if _, err := tx.ExecContext(ctx, each(q.Get("insert_events"), len(chunk)), a...); err != nil {
-			return fmt.Errorf("write %s events: %w", typ, err)
-		}
+// ListOrders implements core.Executor.
+func (e executor) ListOrders(ctx context.Context, a core.ListArgs) ([]order.Order, error) {
+	if a.First {
+		a.AfterCreated, a.AfterID = maxTime, ""
 	}
-	return nil
+	status := string(a.Status)
+	return e.queryOrders(ctx, q.Get("list_orders"), status, status, a.AfterCreated, a.AfterCreated, a.AfterID, a.Limit)
 }
 
-// moveStock writes the ledger rows of action ("release" or "commit") for
-// every item of the orders and applies the matching counter update. The
-// ledger goes first: its primary key refuses a second release or commit, and
-// the error rolls the whole transaction back. The SKU rows are then locked in
-// SKU order, and updated set-based.
-func moveStock(ctx context.Context, tx *sql.Tx, now time.Time, action string, os []order.Order) error {
-	if len(os) == 0 {
-		return nil
-	}
-	ids := make([]string, len(os))
-	var skus []string
-	for i, o := range os {
-		ids[i] = o.ID
-		for _, it := range o.Items {
-			skus = append(skus, it.SKU)
-		}
-	}
-	slices.Sort(skus)
-	skus = slices.Compact(skus)
-	for _, chunk := range chunks(ids) {
-		if _, err := tx.ExecContext(ctx, each(q.Get("ledger_insert"), len(chunk)), args([]any{action, now}, chunk)...); err != nil {
-			return fmt.Errorf("stock ledger %s: %w", action, interpretError(err, errLedgerRefused))
-		}
-	}
-	for _, chunk := range chunks(skus) {
-		rows, err := tx.QueryContext(ctx, each(q.Get("lock_skus"), len(chunk)), args(nil, chunk)...)
-		if err != nil {
-			return fmt.Errorf("lock skus: %w", err)
-		}
-		if err := rows.Close(); err != nil {
-			return fmt.Errorf("lock skus: %w", err)
-		}
-	}
-	counter := map[string]string{"release": "release_stock", "commit": "commit_stock"}[action]
-	for _, chunk := range chunks(ids) {
-		if _, err := tx.ExecContext(ctx, each(q.Get(counter), len(chunk)), args(nil, chunk, now)...); err != nil {
-			return fmt.Errorf("stock %s: %w", action, err)
-		}
-	}
-	return nil
+// LockOrder implements core.Executor.
+func (e executor) LockOrder(ctx context.Context, id string) (order.Order, error) {
+	return e.queryOrder(ctx, q.Get("lock_order"), id)
 }
 
-// CreateOrder implements store.Orders.
-func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	var res store.CreateOrderResult
-	// Reserve in SKU order: two orders sharing SKUs lock them in the same order.
-	byKey := store.ItemsBySKU(p.Items)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		o := p.NewOrder(now)
-		if p.IdempotencyKey != "" {
-			// The key goes first: a concurrent request with the same key waits
-			// here until this transaction ends, then finds the key and replays.
-			_, err := tx.ExecContext(ctx, q.Get("idempotency_put"), p.IdempotencyKey, p.RequestHash, o.ID, now)
-			if isDuplicate(err) {
-				var hash, id string
-				if err := tx.QueryRowContext(ctx, q.Get("idempotency_get"), p.IdempotencyKey).Scan(&hash, &id); err != nil {
-					return fmt.Errorf("idempotency key: %w", err)
-				}
-				if hash != p.RequestHash {
-					return store.ErrIdempotencyMismatch
-				}
-				existing, err := queryOrder(ctx, tx, q.Get("get_order"), id)
-				if err != nil {
-					return fmt.Errorf("load order %s of idempotency key: %w", id, err)
-				}
-				res = store.CreateOrderResult{Order: existing, Replayed: true}
-				return nil
-			} else if err != nil {
-				return fmt.Errorf("idempotency key: %w", err)
-			}
-		}
-		_, err = tx.ExecContext(ctx, q.Get("insert_order"), o.ID, o.AmountCents, o.Currency,
-			o.CreatedAt, o.ExpiresAt, o.CancelAfter)
-		if err != nil {
-			return fmt.Errorf("insert order: %w", interpretError(err, store.ErrOrderExists))
-		}
-		for _, it := range byKey {
-			n, err := affected(ctx, tx, q.Get("reserve_sku"), it.Qty, it.Qty, now, it.SKU, it.Qty)
-			if err != nil {
-				return fmt.Errorf("reserve %s: %w", it.SKU, err)
-			}
-			if n == 0 {
-				return fmt.Errorf("%w: sku %q", store.ErrInsufficientStock, it.SKU)
-			}
-		}
-		for _, chunk := range chunks(byKey) {
-			a := make([]any, 0, 3*len(chunk))
-			for _, it := range chunk {
-				a = append(a, o.ID, it.SKU, it.Qty)
-			}
-			if _, err := tx.ExecContext(ctx, each(q.Get("insert_items"), len(chunk)), a...); err != nil {
-				return fmt.Errorf("insert items: %w", err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, each(q.Get("ledger_insert"), 1), "reserve", now, o.ID); err != nil {
-			return fmt.Errorf("stock ledger reserve: %w", interpretError(err, errLedgerRefused))
-		}
-		res = store.CreateOrderResult{Order: o}
-		return insertEvents(ctx, tx, now, order.EventCreated, o)
-	})
-	if err != nil {
-		return store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", p.ID, err)
-	}
-	return res, nil
-}
-
-// GetOrder implements store.Orders.
-func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
-	o, err := queryOrder(ctx, s.db, q.Get("get_order"), id)
-	if err != nil {
-		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)
-	}
-	return o, nil
-}
-
-// ListOrders implements store.Orders.
-func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
-	afterCreated, afterID := maxTime, ""
-	if p.Cursor != "" {
-		c, id, err := store.DecodeCursor(p.Cursor)
-		if err != nil {
-			return store.ListOrdersResult{}, err
-		}
-		afterCreated, afterID = c, id
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	status := string(p.Status)
-	os, err := queryOrders(ctx, s.db, q.Get("list_orders"), status, status, afterCreated, afterCreated, afterID, limit+1)
-	if err != nil {
-		return store.ListOrdersResult{}, fmt.Errorf("list orders: %w", err)
-	}
-	return store.Page(os, limit), nil
-}
-
-// StartPayment implements store.Orders.
-func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error) {
-	var o order.Order
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for range 2 {
-			n, err := affected(ctx, tx, q.Get("start_payment"), id, now)
-			if err != nil {
-				return err
-			}
-			if n == 1 {
-				o, err = queryOrder(ctx, tx, q.Get("get_order"), id)
-				return err
-			}
-			// The update matched nothing: say why, from the row as it is now.
-			if o, err = queryOrder(ctx, tx, q.Get("lock_order"), id); err != nil {
-				return err
-			}
-			switch {
-			case o.Status == order.Paying:
-				return nil
-			case o.Status == order.Pending && !o.ExpiresAt.After(now):
-				return store.ErrOrderExpired
-			case o.Status != order.Pending:
-				return store.ErrNotPending
-			}
-			// PENDING and not expired: a failed payment put it back after the
-			// UPDATE looked. The row is locked now, so the next UPDATE decides.
-		}
-		return fmt.Errorf("order changed while locked")
-	})
-	if err != nil {
-		return o, fmt.Errorf("start payment %s: %w", id, err)
-	}
-	return o, nil
-}
-
-// replayed records a callback id and reports whether it was seen before (the
-// transaction then changes nothing). It also purges ids past store.CallbackMemory.
-func (s *Store) replayed(ctx context.Context, tx *sql.Tx, now time.Time, p store.PaymentParams) (bool, error) {
-	if p.CallbackID == "" {
+// ClaimKey implements core.Executor: the INSERT of a key another request
+// holds waits for that request's transaction, then fails with a duplicate
+// key, which leaves this transaction going.
+func (e executor) ClaimKey(ctx context.Context, k core.Key, now time.Time) (bool, error) {
+	_, err := e.db.ExecContext(ctx, q.Get("idempotency_put"), k.Key, k.RequestHash, k.OrderID, now)
+	if isDuplicate(err) {
 		return false, nil
 	}
-	if _, err := tx.ExecContext(ctx, q.Get("callback_purge"), now.Add(-store.CallbackMemory)); err != nil {
-		return false, fmt.Errorf("purge callback ids: %w", err)
-	}
-	n, err := affected(ctx, tx, q.Get("callback_seen"), p.CallbackID, p.OrderID, now)
-	if err != nil {
-		return false, fmt.Errorf("record callback id: %w", err)
-	}
-	return n == 0, nil
+	return err == nil, err
 }
 
-// replay answers a replayed callback with the order as it is.
-func replay(ctx context.Context, tx *sql.Tx, p store.PaymentParams) (store.PaymentResult, error) {
-	o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+// KeyOwner implements core.Executor.
+func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID string, err error) {
+	err = e.db.QueryRowContext(ctx, q.Get("idempotency_get"), key).Scan(&hash, &orderID)
+	return hash, orderID, interpretError(err, nil)
 }
 
-// CompletePayment implements store.Orders.
-func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
-	var res store.PaymentResult
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res = store.PaymentResult{}
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
-			if err == nil {
-				res, err = replay(ctx, tx, p)
-			}
-			return err
-		}
-		n, err := affected(ctx, tx, q.Get("mark_paid"), now, p.PaymentID, p.OrderID, p.AmountCents)
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-			if err != nil {
-				return err
-			}
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
-			if err := moveStock(ctx, tx, now, "commit", []order.Order{o}); err != nil {
-				return err
-			}
-			return insertEvents(ctx, tx, now, order.EventPaid, o)
-		}
-		// PAID and CANCELLED are final, so what follows sees a settled status.
-		n, err = affected(ctx, tx, q.Get("flag_refund"), p.PaymentID, p.OrderID, p.AmountCents)
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-			if err != nil {
-				return err
-			}
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
-			return insertEvents(ctx, tx, now, order.EventRefundRequired, o)
-		}
-		o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-		if err != nil {
-			return err
-		}
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		if o.AmountCents != p.AmountCents {
-			return store.ErrAmountMismatch
-		}
-		return nil
-	})
+// InsertOrder implements core.Executor: the order row, then its items in
+// one multi-row INSERT.
+func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
+	_, err := e.db.ExecContext(ctx, q.Get("insert_order"), o.ID, o.AmountCents, o.Currency,
+		o.CreatedAt, o.ExpiresAt, o.CancelAfter)
 	if err != nil {
-		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
+		return interpretError(err, store.ErrOrderExists)
 	}
-	return res, nil
+	for _, chunk := range chunks(o.Items) {
+		a := make([]any, 0, 3*len(chunk))
+		for _, it := range chunk {
+			a = append(a, o.ID, it.SKU, it.Qty)
+		}
+		if _, err := e.db.ExecContext(ctx, each(q.Get("insert_items"), len(chunk)), a...); err != nil {
+			return fmt.Errorf("insert items: %w", err)
+		}
+	}
+	return nil
 }
 
-// FailPayment implements store.Orders.
-func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
-	var res store.PaymentResult
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res = store.PaymentResult{}
-		if p.CallbackID != "" {
-			now, err := s.now(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
-				if err == nil {
-					res, err = replay(ctx, tx, p)
-				}
-				return err
-			}
-		}
-		n, err := affected(ctx, tx, q.Get("fail_payment"), p.OrderID)
-		if err != nil {
-			return err
-		}
-		o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		if n == 1 {
-			res.Outcome = store.OutcomeFailed
-		}
-		return err
-	})
-	if err != nil {
-		return res, fmt.Errorf("fail payment of %s: %w", p.OrderID, err)
-	}
-	return res, nil
+// ReserveSKU implements core.Executor.
+func (e executor) ReserveSKU(ctx context.Context, sku string, qty int64, now time.Time) (bool, error) {
+	n, err := e.affected(ctx, q.Get("reserve_sku"), qty, qty, now, sku, qty)
+	return n == 1, err
 }
 
-// CancelOrder implements store.Orders.
-func (s *Store) CancelOrder(ctx context.Context, id string) (order.Order, error) {
-	var o order.Order
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for range 2 {
-			n, err := affected(ctx, tx, q.Get("buyer_cancel"), now, id)
-			if err != nil {
-				return err
-			}
-			if n == 1 {
-				if o, err = queryOrder(ctx, tx, q.Get("get_order"), id); err != nil {
-					return err
-				}
-				if err := moveStock(ctx, tx, now, "release", []order.Order{o}); err != nil {
-					return err
-				}
-				return insertEvents(ctx, tx, now, order.EventCancelled, o)
-			}
-			if o, err = queryOrder(ctx, tx, q.Get("lock_order"), id); err != nil {
-				return err
-			}
-			if o.Status != order.Pending {
-				return store.ErrNotPending
-			}
-			// PENDING again (a failed payment): locked now, so try once more.
-		}
-		return fmt.Errorf("order changed while locked")
-	})
-	if err != nil {
-		return o, fmt.Errorf("cancel order %s: %w", id, err)
+// transition runs the guarded UPDATE query of order id and, when it matched
+// the row, reads the order back: MySQL has no UPDATE … RETURNING.
+func (e executor) transition(ctx context.Context, id, query string, a ...any) (order.Order, bool, error) {
+	n, err := e.affected(ctx, query, a...)
+	if err != nil || n != 1 {
+		return order.Order{}, false, err
 	}
-	return o, nil
+	o, err := e.queryOrder(ctx, q.Get("get_order"), id)
+	return o, err == nil, err
 }
 
-// CancelDue implements store.Orders.
-func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
-	var res store.CancelDueResult
-	if len(p.IDs) == 0 && p.Claim <= 0 {
-		return res, nil
-	}
-	skip, confirmed := 0, 0
-	if p.SkipAttempted {
-		skip = 1
-	}
-	if p.Confirmed {
-		confirmed = 1
-	}
-	// A duplicate id in the batch is reported once; the locks are taken in id
-	// order, so two batches sharing orders queue rather than deadlock.
-	var uniq []string
-	seen := make(map[string]bool, len(p.IDs))
-	for _, id := range p.IDs {
-		if !seen[id] {
-			seen[id] = true
-			uniq = append(uniq, id)
-		}
-	}
-	sorted := slices.Sorted(slices.Values(uniq))
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
+// StartPayment implements core.Executor.
+func (e executor) StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("start_payment"), id, now)
+}
+
+// MarkPaid implements core.Executor.
+func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, p.OrderID, q.Get("mark_paid"), now, p.PaymentID, p.OrderID, p.AmountCents)
+}
+
+// FlagRefund implements core.Executor. The flag records no time.
+func (e executor) FlagRefund(ctx context.Context, p store.PaymentParams, _ time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, p.OrderID, q.Get("flag_refund"), p.PaymentID, p.OrderID, p.AmountCents)
+}
+
+// FailPayment implements core.Executor.
+func (e executor) FailPayment(ctx context.Context, id string) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("fail_payment"), id)
+}
+
+// BuyerCancel implements core.Executor.
+func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("buyer_cancel"), now, id)
+}
+
+// CancelDue implements core.Executor: lock exactly the orders of the batch
+// to cancel (in id order, so batches sharing orders queue rather than
+// deadlock), then cancel them.
+func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
+	var locked []string
+	for _, chunk := range chunks(a.IDs) {
+		ids, err := e.queryIDs(ctx, each(q.Get("lock_due"), len(chunk)),
+			args(nil, chunk, a.Now, a.Confirmed, a.SkipAttempted, a.Confirmed)...)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("lock due orders: %w", err)
 		}
-		res = store.CancelDueResult{Now: now}
-		// Step 1: lock exactly the orders to cancel.
-		var locked []string
-		if len(uniq) > 0 {
-			for _, chunk := range chunks(sorted) {
-				ids, err := queryIDs(ctx, tx, each(q.Get("lock_due"), len(chunk)), args(nil, chunk, now, confirmed, skip, confirmed)...)
-				if err != nil {
-					return fmt.Errorf("lock due orders: %w", err)
-				}
-				locked = append(locked, ids...)
-			}
-		} else {
-			if locked, err = queryIDs(ctx, tx, q.Get("claim_due"), now.Add(-p.Lag), skip, p.Claim); err != nil {
-				return fmt.Errorf("claim due orders: %w", err)
-			}
-		}
-		// Steps 2–4: cancel them, release their stock, write their events.
-		cancelled, err := cancelLocked(ctx, tx, now, locked, confirmed)
-		if err != nil {
-			return err
-		}
-		done := make(map[string]bool, len(cancelled))
-		for _, o := range cancelled {
-			done[o.ID] = true
-			res.Cancelled = append(res.Cancelled, store.Cancelled{
-				ID: o.ID, CancelAfter: o.CancelAfter, CancelledAt: o.CancelledAt, PaymentAttempts: o.PaymentAttempts,
-			})
-		}
-		var rest []string
-		for _, id := range uniq {
-			if !done[id] {
-				rest = append(rest, id)
-			}
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-		found, err := getOrders(ctx, tx, rest)
-		if err != nil {
-			return fmt.Errorf("read skipped: %w", err)
-		}
-		for _, id := range rest {
-			o, ok := found[id]
-			res.Skipped = append(res.Skipped, store.Skipped{
-				ID: id, Status: o.Status, CancelAfter: o.CancelAfter, PaymentAttempts: o.PaymentAttempts, Missing: !ok,
-			})
-		}
-		return nil
-	})
+		locked = append(locked, ids...)
+	}
+	return e.cancelLocked(ctx, a.Now, locked, a.Confirmed)
+}
+
+// ClaimDue implements core.Executor: lock up to a.Limit due orders no other
+// transaction holds, earliest first, then cancel them.
+func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order, error) {
+	locked, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Limit)
 	if err != nil {
-		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", max(len(p.IDs), p.Claim), err)
+		return nil, fmt.Errorf("claim due orders: %w", err)
 	}
-	return res, nil
+	return e.cancelLocked(ctx, a.Now, locked, false)
 }
 
 // cancelLocked cancels the orders ids, which this transaction holds locked
-// and found due, and returns them as they are now, in the order of ids.
-func cancelLocked(ctx context.Context, tx *sql.Tx, now time.Time, ids []string, confirmed int) ([]order.Order, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
+// and found due, and reads them back, in the order of ids.
+func (e executor) cancelLocked(ctx context.Context, now time.Time, ids []string, confirmed bool) ([]order.Order, error) {
 	var n int64
 	for _, chunk := range chunks(ids) {
-		k, err := affected(ctx, tx, each(q.Get("cancel_due"), len(chunk)), args([]any{now}, chunk, now, confirmed)...)
+		k, err := e.affected(ctx, each(q.Get("cancel_due"), len(chunk)), args([]any{now}, chunk, now, confirmed)...)
 		if err != nil {
-			return nil, fmt.Errorf("cancel: %w", err)
+			return nil, err
 		}
 		n += k
 	}
 	if n != int64(len(ids)) {
 		// The rows are locked and were due: this cannot happen.
-		return nil, fmt.Errorf("cancel: %d of %d locked orders changed", n, len(ids))
+		return nil, fmt.Errorf("%d of %d locked orders changed", n, len(ids))
 	}
-	byID, err := getOrders(ctx, tx, ids)
+	cancelled, err := e.Orders(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read cancelled: %w", err)
+	}
+	byID := make(map[string]order.Order, len(cancelled))
+	for _, o := range cancelled {
+		byID[o.ID] = o
 	}
 	os := make([]order.Order, len(ids))
 	for i, id := range ids {
 		os[i] = byID[id]
 	}
-	if err := moveStock(ctx, tx, now, "release", os); err != nil {
-		return nil, err
-	}
-	if err := insertEvents(ctx, tx, now, order.EventCancelled, os...); err != nil {
-		return nil, err
-	}
 	return os, nil
 }
 
-func queryIDs(ctx context.Context, tx *sql.Tx, query string, a ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, query, a...)
+// queryIDs runs a query returning order ids.
+func (e executor) queryIDs(ctx context.Context, query string, a ...any) ([]string, error) {
+	rows, err := e.db.QueryContext(ctx, query, a...)
 	if err != nil {
 		return nil, err
 	}
@@ -651,47 +324,42 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, a ...any) ([]string
 	return ids, rows.Err()
 }
 
-// PaymentChecks implements store.Orders.
-func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]store.Deadline, error) {
-	now, err := s.now(ctx, s.db)
-	if err != nil {
-		return nil, fmt.Errorf("payment checks: %w", err)
+// SeeCallback implements core.Executor: INSERT IGNORE inserts no row for a
+// callback id already recorded.
+func (e executor) SeeCallback(ctx context.Context, callbackID, orderID string, now, forgetBefore time.Time) (bool, error) {
+	if _, err := e.db.ExecContext(ctx, q.Get("callback_purge"), forgetBefore); err != nil {
+		return false, fmt.Errorf("purge callback ids: %w", err)
 	}
-	out, err := queryDeadlines(ctx, s.db, q.Get("payment_checks"), now.Add(-lag), limit)
-	if err != nil {
-		return nil, fmt.Errorf("payment checks: %w", err)
-	}
-	return out, nil
+	n, err := e.affected(ctx, q.Get("callback_seen"), callbackID, orderID, now)
+	return n == 1, err
 }
 
-// NextDeadline implements store.Orders.
-func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+// PaymentChecks implements core.Executor.
+func (e executor) PaymentChecks(ctx context.Context, dueBy time.Time, limit int) ([]store.Deadline, error) {
+	return e.queryDeadlines(ctx, q.Get("payment_checks"), dueBy, limit)
+}
+
+// NextDeadline implements core.Executor.
+func (e executor) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullTime
-	if err := s.db.QueryRowContext(ctx, q.Get("next_deadline")).Scan(&at); err != nil {
-		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
+	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline")).Scan(&at); err != nil {
+		return time.Time{}, false, err
 	}
-	if !at.Valid {
-		return time.Time{}, false, nil
-	}
-	return at.Time, true, nil
+	return at.Time, at.Valid, nil
 }
 
-// PendingDeadlines implements store.Orders.
-func (s *Store) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
+// PendingDeadlines implements core.Executor.
+func (e executor) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
 	from := minTime
 	if !after.CancelAfter.IsZero() {
 		from = after.CancelAfter
 	}
-	out, err := queryDeadlines(ctx, s.db, q.Get("pending_deadlines"), from, from, after.OrderID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pending deadlines: %w", err)
-	}
-	return out, nil
+	return e.queryDeadlines(ctx, q.Get("pending_deadlines"), from, from, after.OrderID, limit)
 }
 
 // queryDeadlines runs a query returning (id, cancel_after) rows.
-func queryDeadlines(ctx context.Context, db querier, query string, a ...any) ([]store.Deadline, error) {
-	rows, err := db.QueryContext(ctx, query, a...)
+func (e executor) queryDeadlines(ctx context.Context, query string, a ...any) ([]store.Deadline, error) {
+	rows, err := e.db.QueryContext(ctx, query, a...)
 	if err != nil {
 		return nil, err
 	}
@@ -707,15 +375,9 @@ func queryDeadlines(ctx context.Context, db querier, query string, a ...any) ([]
 	return out, rows.Err()
 }
 
-// CountStuck implements store.Orders.
-func (s *Store) CountStuck(ctx context.Context) (int64, error) {
-	now, err := s.now(ctx, s.db)
-	if err != nil {
-		return 0, fmt.Errorf("count stuck payments: %w", err)
-	}
+// CountStuck implements core.Executor.
+func (e executor) CountStuck(ctx context.Context, now time.Time) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, q.Get("count_stuck"), now).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count stuck payments: %w", err)
-	}
-	return n, nil
+	err := e.db.QueryRowContext(ctx, q.Get("count_stuck"), now).Scan(&n)
+	return n, err
 }

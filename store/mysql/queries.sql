@@ -1,4 +1,6 @@
--- Queries of the MySQL/MariaDB driver. Times are DATETIME(3) in UTC.
+-- Queries of the MySQL/MariaDB driver. Times are DATETIME(3) in UTC. Which
+-- of them a transaction runs, and in which order, is store/core's decision;
+-- executor methods (orders.go, stock.go) run them.
 --
 -- Placeholders are positional (`?`), in text order. A placeholder or tuple
 -- written right after the marker /*each*/ is repeated once per element of a
@@ -36,6 +38,7 @@ ORDER BY i.sku
 FOR UPDATE;
 
 -- name: get_orders
+-- Params: the order ids. Ids not found are left out.
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
        o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
        i.sku, i.qty
@@ -61,24 +64,28 @@ LEFT JOIN order_items i ON i.order_id = o.id
 ORDER BY o.created_at DESC, o.id DESC, i.sku;
 
 -- name: idempotency_put
--- Written first in CreateOrder: a concurrent request with the same key waits
--- here for the first one and then fails with a duplicate key, and replays.
+-- Params: key, request hash, order id, now. Written first in a create: a
+-- concurrent request with the same key waits here for the first one, then
+-- fails with a duplicate key (which does not abort its transaction) and replays.
 INSERT INTO idempotency_keys (idempotency_key, request_hash, order_id, created_at) VALUES (?, ?, ?, ?);
 
 -- name: idempotency_get
+-- Param: key.
 SELECT request_hash, order_id FROM idempotency_keys WHERE idempotency_key = ?;
 
 -- name: insert_order
+-- Params: id, amount, currency, created_at, expires_at, cancel_after.
 INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 VALUES (?, 'PENDING', ?, ?, ?, ?, ?);
 
 -- name: insert_items
+-- Params: (order id, sku, qty) per item.
 INSERT INTO order_items (order_id, sku, qty) VALUES /*each*/(?, ?, ?);
 
 -- name: reserve_sku
 -- Params: qty, qty, now, sku, qty. No row matched means not enough stock (or
--- no such SKU). CreateOrder reserves its items in SKU order, so two orders
--- sharing SKUs lock them in the same order.
+-- no such SKU). A create reserves its items one by one in SKU byte order, so
+-- two orders sharing SKUs lock them in the same order.
 UPDATE skus SET available = available - ?, locked = locked + ?, updated_at = ?
 WHERE sku = ? AND available >= ?;
 
@@ -92,28 +99,36 @@ SELECT order_id, sku, ?, qty, ? FROM order_items FORCE INDEX (PRIMARY)
 WHERE order_id IN (/*each*/?);
 
 -- name: lock_skus
--- Locks the SKU rows a stock movement touches, in primary-key order, before
--- the set-based UPDATE below (whose join order MySQL chooses): every
--- transaction takes SKU locks in the same order, so they queue instead of deadlocking.
+-- Params: the SKUs, in byte order. Locks the SKU rows a stock movement
+-- touches, in primary-key order, before the set-based UPDATE below (whose
+-- join order MySQL chooses). utf8mb4_bin orders by code point, which is
+-- UTF-8's byte order, the order a create reserves in, so every transaction
+-- takes SKU locks in one order and they queue instead of deadlocking. (Only
+-- its PAD SPACE departs from bytes: "a" sorts after "a" followed by a control
+-- character. lapse's SKUs are [A-Za-z0-9_.:-].)
 SELECT sku FROM skus WHERE sku IN (/*each*/?) ORDER BY sku FOR UPDATE;
 
 -- name: release_stock
 -- Params: the order ids, then now. Locked units of the orders go back to
 -- available. STRAIGHT_JOIN: the per-SKU sums first, then one primary-key
--- lookup per SKU, however many SKUs the table holds.
+-- lookup per SKU, however many SKUs the table holds. FORCE INDEX on skus
+-- too: on a small table the optimizer would rather scan it, and a
+-- multi-table UPDATE locks every row it scans — SKUs of other orders,
+-- outside the byte order lock_skus keeps, which deadlocked with creates.
 UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
         WHERE order_id IN (/*each*/?) GROUP BY sku) r
-STRAIGHT_JOIN skus s ON s.sku = r.sku
+STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
 SET s.locked = s.locked - r.qty, s.available = s.available + r.qty, s.updated_at = ?;
 
 -- name: commit_stock
 -- Params: the order ids, then now. Locked units of the orders become sold.
 UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
         WHERE order_id IN (/*each*/?) GROUP BY sku) r
-STRAIGHT_JOIN skus s ON s.sku = r.sku
+STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
 SET s.locked = s.locked - r.qty, s.sold = s.sold + r.qty, s.updated_at = ?;
 
 -- name: insert_events
+-- Params: (event id, type, order id, payload, now) per event.
 INSERT INTO outbox (event_id, type, order_id, payload, created_at) VALUES /*each*/(?, ?, ?, ?, ?);
 
 -- name: start_payment
@@ -122,11 +137,13 @@ UPDATE orders SET status = 'PAYING', version = version + 1
 WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
 
 -- name: callback_seen
--- Remember a callback; no row inserted means it was applied before. The
--- table has no constraint but its primary key, so IGNORE only skips the duplicate.
+-- Params: callback id, order id, now. Remember a callback; no row inserted
+-- means it was applied before. The table has no constraint but its primary
+-- key, so IGNORE only skips the duplicate.
 INSERT IGNORE INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?, ?, ?);
 
 -- name: callback_purge
+-- Param: forget before (now - store.CallbackMemory).
 DELETE FROM payment_callbacks WHERE seen_at < ? LIMIT 1000;
 
 -- name: mark_paid
@@ -140,6 +157,7 @@ UPDATE orders SET refund_required = TRUE, payment_id = ?, version = version + 1
 WHERE id = ? AND status = 'CANCELLED' AND refund_required = FALSE AND amount_cents = ?;
 
 -- name: fail_payment
+-- Param: id.
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = ? AND status = 'PAYING';
 
@@ -150,8 +168,8 @@ WHERE id = ? AND status = 'PENDING';
 
 -- name: lock_due
 -- Timer batch, step 1. Params: the ids (sorted), now, confirmed, skip attempted,
--- confirmed; confirmed is 1 when the gateway confirmed the trades closed
--- (PAYING and attempted orders are cancelled too), skip attempted 1 to leave
+-- confirmed; confirmed is true (1) when the gateway confirmed the trades closed
+-- (PAYING and attempted orders are cancelled too), skip attempted true to leave
 -- PENDING orders with a failed payment attempt alone. Locks exactly the orders
 -- the batch will cancel (READ COMMITTED releases the rows that do not match at once).
 SELECT id FROM orders
@@ -162,10 +180,11 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: claim_due
--- Claim mode, step 1. Params: now - lag, 1 to leave attempted orders alone,
--- the batch size. A range scan of orders_status_cancel_after, earliest first;
--- rows another transaction holds are skipped, so concurrent claimers never
--- take (or wait for) the same order.
+-- Claim mode, step 1. Params: due by (now - lag, never after now), true (1)
+-- to leave attempted orders alone, the batch size. A range scan of
+-- orders_status_cancel_after, earliest first; rows another transaction holds
+-- are skipped, so concurrent claimers never take (or wait for) the same order.
+-- Then cancel_due, as for a batch.
 SELECT id FROM orders
 WHERE status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
 ORDER BY cancel_after
@@ -174,15 +193,16 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: cancel_due
 -- Step 2: the transition itself, for exactly the locked orders. Params: now,
--- the ids, now, confirmed. It repeats the status and time guards, so it is
--- correct on its own; its affected-row count must equal the number of locked orders.
+-- the ids, now, confirmed (false for a claim). It repeats the status and time
+-- guards, so it is correct on its own; its affected-row count must equal the
+-- number of locked orders, which are then read back (get_orders).
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (/*each*/?) AND cancel_after <= ?
   AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'));
 
 -- name: payment_checks
--- Params: now - lag, limit. Orders the gateway must be asked about before
--- they can be cancelled: two ranges of orders_status_cancel_after.
+-- Params: due by (now - lag), limit. Orders the gateway must be asked about
+-- before they can be cancelled: two ranges of orders_status_cancel_after.
 SELECT id, cancel_after FROM orders
 WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= ?
 ORDER BY cancel_after
@@ -199,6 +219,7 @@ ORDER BY cancel_after, id
 LIMIT ?;
 
 -- name: count_stuck
+-- Param: now.
 SELECT COUNT(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= ?;
 
 -- name: set_stock
@@ -208,9 +229,11 @@ INSERT INTO skus (sku, available, total, updated_at) VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE total = ? + locked + sold, available = ?, updated_at = ?;
 
 -- name: get_sku
+-- Param: sku.
 SELECT sku, available, locked, sold FROM skus WHERE sku = ?;
 
 -- name: unpublished_events
+-- Param: limit.
 SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT ?;
 
@@ -219,8 +242,20 @@ WHERE published_at IS NULL ORDER BY seq LIMIT ?;
 UPDATE outbox SET published_at = ? WHERE seq IN (/*each*/?) AND published_at IS NULL;
 
 -- name: audit_params
--- Session variables the queries of audit.sql read: @now, @lag_ms.
+-- Params: now, the allowed lag in milliseconds. Session variables the queries
+-- of audit.sql read, set before each check in the audit's transaction.
 SET @now = ?, @lag_ms = ?;
+
+-- name: savepoint
+-- Around each create of a group committed together (store/core's group.go;
+-- not run while Open sets core.Config.CreateGroup to 1).
+SAVEPOINT create_order;
+
+-- name: savepoint_rollback
+ROLLBACK TO SAVEPOINT create_order;
+
+-- name: savepoint_release
+RELEASE SAVEPOINT create_order;
 
 -- name: migrate_lock
 -- A named lock per database, held by Migrate's connection: migrations from
@@ -243,4 +278,5 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 SELECT version FROM schema_migrations;
 
 -- name: schema_migrations_insert
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
+-- Params: version, name. applied_at is the server's clock.
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(3));

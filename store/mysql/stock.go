@@ -2,137 +2,137 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
+	"time"
 
+	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
-// SetStock implements store.Stock.
-func (s *Store) SetStock(ctx context.Context, sku string, available int64) (store.SKU, error) {
+// DBNow implements core.Executor.
+func (e executor) DBNow(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := e.db.QueryRowContext(ctx, q.Get("db_now")).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}
+
+// SetStock implements core.Executor.
+func (e executor) SetStock(ctx context.Context, sku string, available int64, now time.Time) (store.SKU, error) {
+	if _, err := e.db.ExecContext(ctx, q.Get("set_stock"), sku, available, available, now, available, available, now); err != nil {
+		return store.SKU{}, err
+	}
+	return e.GetSKU(ctx, sku)
+}
+
+// GetSKU implements core.Executor.
+func (e executor) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
 	var out store.SKU
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, q.Get("set_stock"), sku, available, available, now, available, available, now); err != nil {
-			return err
-		}
-		return tx.QueryRowContext(ctx, q.Get("get_sku"), sku).Scan(&out.SKU, &out.Available, &out.Locked, &out.Sold)
-	})
-	if err != nil {
-		return store.SKU{}, fmt.Errorf("set stock of %s: %w", sku, err)
-	}
-	return out, nil
+	err := e.db.QueryRowContext(ctx, q.Get("get_sku"), sku).Scan(&out.SKU, &out.Available, &out.Locked, &out.Sold)
+	return out, interpretError(err, nil)
 }
 
-// GetSKU implements store.Stock.
-func (s *Store) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
-	var out store.SKU
-	err := s.db.QueryRowContext(ctx, q.Get("get_sku"), sku).Scan(&out.SKU, &out.Available, &out.Locked, &out.Sold)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		return store.SKU{}, fmt.Errorf("get sku %s: %w", sku, err)
-	}
-	return out, nil
-}
+// counters names the statement that moves the counters of each movement
+// whose units leave locked.
+var counters = map[core.Move]string{core.MoveRelease: "release_stock", core.MoveCommit: "commit_stock"}
 
-// UnpublishedEvents implements store.Outbox.
-func (s *Store) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	rows, err := s.db.QueryContext(ctx, q.Get("unpublished_events"), limit)
-	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	defer rows.Close()
-	var out []order.Event
-	for rows.Next() {
-		var e order.Event
-		if err := rows.Scan(&e.Seq, &e.ID, &e.Type, &e.OrderID, &e.Payload, &e.CreatedAt); err != nil {
-			return nil, fmt.Errorf("read outbox: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	return out, nil
-}
-
-// MarkPublished implements store.Outbox.
-func (s *Store) MarkPublished(ctx context.Context, seqs []int64) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for _, chunk := range chunks(seqs) {
-			if _, err := tx.ExecContext(ctx, each(q.Get("mark_published"), len(chunk)), args([]any{now}, chunk)...); err != nil {
-				return err
+// WriteEffects implements core.Executor: the ledger rows, then the counters
+// (SKU rows locked first, in primary-key order), then the events, each in
+// one statement per list of at most maxList.
+func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
+	if ef.Move != core.MoveNone {
+		for _, chunk := range chunks(ef.IDs) {
+			_, err := e.db.ExecContext(ctx, each(q.Get("ledger_insert"), len(chunk)), args([]any{string(ef.Move), ef.Now}, chunk)...)
+			if err != nil {
+				return fmt.Errorf("stock ledger: %w", interpretError(err, core.ErrMovedTwice))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("mark %d events published: %w", len(seqs), err)
+	}
+	if counter, ok := counters[ef.Move]; ok {
+		if err := e.lockSKUs(ctx, ef.SKUs); err != nil {
+			return fmt.Errorf("lock skus: %w", err)
+		}
+		for _, chunk := range chunks(ef.IDs) {
+			if _, err := e.db.ExecContext(ctx, each(q.Get(counter), len(chunk)), args(nil, chunk, ef.Now)...); err != nil {
+				return fmt.Errorf("stock counters: %w", err)
+			}
+		}
+	}
+	for _, chunk := range chunks(ef.Events) {
+		a := make([]any, 0, 5*len(chunk))
+		for _, ev := range chunk {
+			a = append(a, ev.ID, ef.Type, ev.OrderID, string(ev.Payload), ef.Now)
+		}
+		if _, err := e.db.ExecContext(ctx, each(q.Get("insert_events"), len(chunk)), a...); err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
 	}
 	return nil
 }
 
-// Audit implements store.Auditor: every query of audit.sql, run in one
-// REPEATABLE READ transaction, so the checks see one consistent snapshot.
-func (s *Store) Audit(ctx context.Context, p store.AuditParams) (store.AuditReport, error) {
-	if p.MaxExamples <= 0 {
-		p.MaxExamples = 10
-	}
-	var rep store.AuditReport
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if err != nil {
-		return rep, fmt.Errorf("audit: %w", err)
-	}
-	defer tx.Rollback()
-	now, err := s.now(ctx, tx)
-	if err != nil {
-		return rep, fmt.Errorf("audit: %w", err)
-	}
-	rep.At = now
-	if _, err := tx.ExecContext(ctx, q.Get("audit_params"), now, p.AllowedLag.Milliseconds()); err != nil {
-		return rep, fmt.Errorf("audit: %w", err)
-	}
-	for _, c := range auditChecks {
-		check := store.AuditCheck{Name: c.Name}
-		if name, ok := strings.CutPrefix(c.Name, "warn_"); ok {
-			check.Name, check.Warning = name, true
+// lockSKUs locks the rows of skus (in byte order), chunk after chunk.
+func (e executor) lockSKUs(ctx context.Context, skus []string) error {
+	for _, chunk := range chunks(skus) {
+		rows, err := e.db.QueryContext(ctx, each(q.Get("lock_skus"), len(chunk)), args(nil, chunk)...)
+		if err != nil {
+			return err
 		}
-		if err := func() error {
-			rows, err := tx.QueryContext(ctx, c.SQL)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var detail string
-				if err := rows.Scan(&detail); err != nil {
-					return err
-				}
-				check.Count++
-				if len(check.Examples) < p.MaxExamples {
-					check.Examples = append(check.Examples, detail)
-				}
-			}
-			return rows.Err()
-		}(); err != nil {
-			return rep, fmt.Errorf("audit %s: %w", c.Name, err)
+		if err := rows.Close(); err != nil {
+			return err
 		}
-		rep.Checks = append(rep.Checks, check)
 	}
-	return rep, nil
+	return nil
+}
+
+// UnpublishedEvents implements core.Executor.
+func (e executor) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
+	rows, err := e.db.QueryContext(ctx, q.Get("unpublished_events"), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []order.Event
+	for rows.Next() {
+		var ev order.Event
+		if err := rows.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &ev.Payload, &ev.CreatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}
+
+// MarkPublished implements core.Executor.
+func (e executor) MarkPublished(ctx context.Context, seqs []int64, now time.Time) error {
+	for _, chunk := range chunks(seqs) {
+		if _, err := e.db.ExecContext(ctx, each(q.Get("mark_published"), len(chunk)), args([]any{now}, chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuditRows implements core.Executor: the session variables audit.sql reads
+// (@now, @lag_ms), then the check. Both must run on one connection: call it
+// in a transaction.
+func (e executor) AuditRows(ctx context.Context, check sqlfile.Query, now time.Time, lag time.Duration, row func(detail string)) error {
+	if _, err := e.db.ExecContext(ctx, q.Get("audit_params"), now, lag.Milliseconds()); err != nil {
+		return err
+	}
+	rows, err := e.db.QueryContext(ctx, check.SQL)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var detail string
+		if err := rows.Scan(&detail); err != nil {
+			return err
+		}
+		row(detail)
+	}
+	return rows.Err()
 }

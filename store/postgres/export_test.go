@@ -5,6 +5,8 @@ import (
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lapsehq/lapse/store/core"
 )
 
 // Hooks for the external tests of this package.
@@ -21,17 +23,29 @@ var Files = files
 // ClaimDueSQL is the claim query, for checking its plan.
 var ClaimDueSQL = q.Get("claim_due")
 
-// Tx runs fn as the store runs every transaction, retries included.
-func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error { return s.tx(ctx, fn) }
-
-// GroupStats is what group commit did: groups committed, the orders they
-// held, and groups the server refused (their orders then created alone).
-func (s *Store) GroupStats() (groups, orders, fallbacks int64) {
-	if s.groups == nil {
-		return 0, 0, 0
-	}
-	return s.groups.groups.Load(), s.groups.grouped.Load(), s.groups.fallbacks.Load()
-}
-
 // Query is one named query of queries.sql, for checking its plan.
 func Query(name string) string { return q.Get(name) }
+
+// Tx runs fn as the store runs every transaction, retries included.
+func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.WithTx(ctx, core.TxOptions{}, func(tx *core.Tx) error { return fn(tx.ExecutorTx.(txExecutor).tx) })
+}
+
+// WithSavepoints is s with its groups of creates on the core's general path,
+// one savepoint per create: its transactions do not offer the pipelined
+// core.GroupExecutor.
+func (s *Store) WithSavepoints() *Store {
+	cfg := s.cfg
+	cfg.Driver = savepointDriver{s.cfg.Driver}
+	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
+}
+
+type savepointDriver struct{ core.Driver }
+
+func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
+	etx, err := d.Driver.Begin(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ core.ExecutorTx }{etx}, nil // LockGroup and WriteGroup hidden
+}

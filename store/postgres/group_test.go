@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/postgres"
@@ -77,14 +79,19 @@ func TestGroupRefusalGivesTheKeyBack(t *testing.T) {
 	storetest.AuditOK(t, s)
 }
 
-// An order the server refuses (its id exists) sends its group down the lone
-// path: the others are created, it alone gets ErrOrderExists.
+// An order the server refuses (a CHECK constraint: a negative amount) sends
+// its group down the lone path: the others are created, it alone gets the
+// server's error. An existing order id no longer does: the group reads which
+// of its ids exist and answers ErrOrderExists itself (see
+// TestGroupRetriedCreateIsOrderExists); it must still answer so here.
 func TestGroupRefusedByTheServerFallsBackToLoneCreates(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, nil)
 	storetest.Stock(t, s, 1000, "a")
 	storetest.Create(t, s, "taken", "a")
-	ps := []store.CreateOrderParams{storetest.Params("taken", order.Item{SKU: "a", Qty: 1})}
+	bad := storetest.Params("bad", order.Item{SKU: "a", Qty: 1})
+	bad.AmountCents = -1
+	ps := []store.CreateOrderParams{storetest.Params("taken", order.Item{SKU: "a", Qty: 1}), bad}
 	for i := range 30 {
 		ps = append(ps, storetest.Params(fmt.Sprintf("n%02d", i), order.Item{SKU: "a", Qty: 1}))
 	}
@@ -92,13 +99,19 @@ func TestGroupRefusedByTheServerFallsBackToLoneCreates(t *testing.T) {
 	if !errors.Is(errs[0], store.ErrOrderExists) {
 		t.Errorf("taken: %v, want ErrOrderExists", errs[0])
 	}
-	for i, err := range errs[1:] {
+	if pe := (*pgconn.PgError)(nil); !errors.As(errs[1], &pe) || pe.Code != "23514" {
+		t.Errorf("bad: %v, want the server's check violation", errs[1])
+	}
+	for i, err := range errs[2:] {
 		if err != nil {
-			t.Errorf("%s: %v", ps[i+1].ID, err)
+			t.Errorf("%s: %v", ps[i+2].ID, err)
 		}
 	}
 	if _, _, fallbacks := s.GroupStats(); fallbacks == 0 {
-		t.Error("no group fell back, yet one held an existing id")
+		t.Error("no group fell back, yet one held an order the server refuses")
+	}
+	if k, err := s.GetSKU(context.Background(), "a"); err != nil || k.Locked != 31 {
+		t.Errorf("sku: %+v %v, want 31 units locked (taken once, n00…n29)", k, err)
 	}
 	storetest.AuditOK(t, s)
 }
@@ -194,4 +207,28 @@ func benchCreate(b *testing.B, group bool, skus int) {
 			b.Errorf("%d groups fell back", fallbacks)
 		}
 	}
+}
+
+// A create sent again (same id, no idempotency key) after its first try took
+// the last unit is answered ErrOrderExists, as a lone create is — decided in
+// the group, which reads the ids it is given that exist, not refused for the
+// stock the first try took.
+func TestGroupRetriedCreateIsOrderExists(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, nil)
+	storetest.Stock(t, s, 1, "last")
+	p := storetest.Params("o1", order.Item{SKU: "last", Qty: 1})
+	if _, err := s.CreateOrder(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateOrder(context.Background(), p); !errors.Is(err, store.ErrOrderExists) {
+		t.Fatalf("sent again: %v, want ErrOrderExists", err)
+	}
+	if groups, _, fallbacks := s.GroupStats(); groups != 2 || fallbacks != 0 {
+		t.Errorf("%d groups, %d fallbacks: want both creates decided in a group of their own", groups, fallbacks)
+	}
+	if k, err := s.GetSKU(context.Background(), "last"); err != nil || k.Available != 0 || k.Locked != 1 {
+		t.Errorf("sku: %+v %v, want the one unit locked once", k, err)
+	}
+	storetest.AuditOK(t, s)
 }

@@ -1,25 +1,20 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
 // scanOrder reads the column list every order query returns (items excluded).
-func scanOrder(row pgx.Row) (order.Order, error) {
+func scanOrder(row pgx.CollectableRow) (order.Order, error) {
 	var (
 		o                   order.Order
 		status              string
@@ -48,517 +43,202 @@ func scanOrder(row pgx.Row) (order.Order, error) {
 	return o, nil
 }
 
-// queryOrders runs a query returning order rows and fills their items.
-func queryOrders(ctx context.Context, db querier, query string, args ...any) ([]order.Order, error) {
-	rows, err := db.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	os, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (order.Order, error) { return scanOrder(r) })
-	if err != nil {
-		return nil, err
-	}
-	return os, fillItems(ctx, db, os)
+// orderSet collects the order rows of one query and the items of get_items.
+type orderSet struct {
+	os []order.Order
+	at map[string]int // id → index in os
 }
 
-// queryOrder is queryOrders for at most one row; ErrNotFound when none.
-func queryOrder(ctx context.Context, db querier, query string, args ...any) (order.Order, error) {
-	os, err := queryOrders(ctx, db, query, args...)
-	if err != nil {
-		return order.Order{}, err
-	}
-	if len(os) == 0 {
-		return order.Order{}, store.ErrNotFound
-	}
-	return os[0], nil
-}
-
-func fillItems(ctx context.Context, db querier, os []order.Order) error {
-	if len(os) == 0 {
-		return nil
-	}
-	at := make(map[string]int, len(os))
+func (s *orderSet) readOrders(rows pgx.Rows) error {
+	os, err := pgx.CollectRows(rows, scanOrder)
+	s.os = os
+	s.at = make(map[string]int, len(os))
 	for i, o := range os {
-		at[o.ID] = i
+		s.at[o.ID] = i
 	}
-	rows, err := db.Query(ctx, q.Get("get_items"), orderIDs(os))
-	if err != nil {
-		return fmt.Errorf("load items: %w", err)
-	}
+	return err
+}
+
+func (s *orderSet) readItems(rows pgx.Rows) error {
 	var id string
 	var it order.Item
-	_, err = pgx.ForEachRow(rows, []any{&id, &it.SKU, &it.Qty}, func() error {
-		if i, ok := at[id]; ok {
-			os[i].Items = append(os[i].Items, it)
+	_, err := pgx.ForEachRow(rows, []any{&id, &it.SKU, &it.Qty}, func() error {
+		if i, ok := s.at[id]; ok {
+			s.os[i].Items = append(s.os[i].Items, it)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("load items: %w", err)
-	}
-	return nil
+	return err
 }
 
-func orderIDs(os []order.Order) []string {
-	ids := make([]string, len(os))
-	for i, o := range os {
+// orders runs the named query returning order rows, then get_items for the
+// orders it returned: two round trips, the second skipped when no row came.
+func (e executor) orders(ctx context.Context, name string, args ...any) ([]order.Order, error) {
+	rows, err := e.db.Query(ctx, q.Get(name), args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	var s orderSet
+	if err := s.readOrders(rows); err != nil || len(s.os) == 0 {
+		return s.os, interpretError(err)
+	}
+	ids := make([]string, len(s.os))
+	for i, o := range s.os {
 		ids[i] = o.ID
 	}
-	return ids
+	rows, err = e.db.Query(ctx, q.Get("get_items"), ids)
+	if err == nil {
+		err = s.readItems(rows)
+	}
+	return s.os, interpretError(err)
 }
 
-// Stock movements written with a transition (stock_ledger.action).
-const (
-	moveNone    = ""
-	moveReserve = "reserve" // ledger rows only: CreateOrder updates the counters item by item
-	moveRelease = "release"
-	moveCommit  = "commit"
-)
-
-// writeEffects records what a transition of the orders os (items loaded)
-// leaves besides the order rows, in one round trip: the ledger rows of move
-// for every item (the ledger goes first: its primary key refuses a second
-// release or commit, and the error rolls the whole transaction back), the
-// matching counter update, summed per SKU, behind a lock of the SKU rows in
-// SKU order, and one outbox event of type typ per order, its payload the
-// order as the API shows it.
-func writeEffects(ctx context.Context, tx pgx.Tx, now time.Time, move, typ string, os ...order.Order) error {
-	if len(os) == 0 {
-		return nil
-	}
+// ordersOf is orders for a query that can only return orders of ids: the
+// query and get_items go in one round trip.
+func (e executor) ordersOf(ctx context.Context, ids []string, name string, args ...any) ([]order.Order, error) {
+	var s orderSet
 	var b pgx.Batch
-	if err := queueEffects(&b, now, move, typ, os...); err != nil {
-		return err
+	b.Queue(q.Get(name), args...).Query(s.readOrders)
+	b.Queue(q.Get("get_items"), ids).Query(s.readItems)
+	if err := e.send(ctx, &b); err != nil {
+		return nil, err
 	}
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("write %s effects (stock %s): %w", typ, cmp.Or(move, "unchanged"), interpretError(err))
-	}
-	return nil
+	return s.os, nil
 }
 
-// queueEffects queues the statements of writeEffects on b, for a caller that
-// sends them in a round trip with statements of its own.
-func queueEffects(b *pgx.Batch, now time.Time, move, typ string, os ...order.Order) error {
-	ids := orderIDs(os)
-	if move != moveNone {
-		b.Queue(q.Get("ledger_insert"), ids, move, now)
+// one runs a query that returns the row of order id or none (a guarded
+// UPDATE … RETURNING, a locking read), and reads the order's items in the
+// same round trip: ok=false when no row came.
+func (e executor) one(ctx context.Context, id, name string, args ...any) (order.Order, bool, error) {
+	os, err := e.ordersOf(ctx, []string{id}, name, args...)
+	if err != nil || len(os) == 0 {
+		return order.Order{}, false, err
 	}
-	counter := ""
-	switch move {
-	case moveRelease:
-		counter = "release_stock"
-	case moveCommit:
-		counter = "commit_stock"
-	}
-	if counter != "" {
-		skus, qtys := perSKU(os)
-		b.Queue(q.Get("lock_skus"), skus)
-		b.Queue(q.Get(counter), skus, qtys, now)
-	}
-	if typ != "" {
-		evIDs, payloads := make([]string, len(os)), make([]string, len(os))
-		for i, o := range os {
-			p, err := json.Marshal(o)
-			if err != nil {
-				return fmt.Errorf("encode %s event: %w", typ, err)
-			}
-			evIDs[i], payloads[i] = uuid.Must(uuid.NewV7()).String(), string(p)
-		}
-		b.Queue(q.Get("insert_events"), typ, now, evIDs, ids, payloads)
-	}
-	return nil
+	return os[0], true, nil
 }
 
-// perSKU sums the items of os by SKU, in SKU order.
-func perSKU(os []order.Order) ([]string, []int64) {
-	sum := map[string]int64{}
-	for _, o := range os {
-		for _, it := range o.Items {
-			sum[it.SKU] += it.Qty
-		}
-	}
-	skus := slices.Sorted(maps.Keys(sum))
-	qtys := make([]int64, len(skus))
-	for i, sku := range skus {
-		qtys[i] = sum[sku]
-	}
-	return skus, qtys
+// Orders implements core.Executor.
+func (e executor) Orders(ctx context.Context, ids []string) ([]order.Order, error) {
+	return e.ordersOf(ctx, ids, "get_orders", ids)
 }
 
-// CreateOrder implements store.Orders. Concurrent calls are committed
-// together in groups (see group.go) unless Config.CreateGroup is 1.
-func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	if s.groups == nil {
-		return s.createOne(ctx, p)
+// LockOrder implements core.Executor.
+func (e executor) LockOrder(ctx context.Context, id string) (order.Order, error) {
+	o, ok, err := e.one(ctx, id, "lock_order", id)
+	if err == nil && !ok {
+		err = store.ErrNotFound
 	}
-	return s.groups.create(ctx, p)
+	return o, err
 }
 
-// createOne creates one order in a transaction of its own. The idempotency
-// key is taken first, so concurrent retries of one request queue on it and
-// replay the first's order.
-func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
-	p.Items = store.ItemsBySKU(p.Items)
-	skus, qtys := make([]string, len(p.Items)), make([]int64, len(p.Items))
-	for i, it := range p.Items {
+// ListOrders implements core.Executor.
+func (e executor) ListOrders(ctx context.Context, a core.ListArgs) ([]order.Order, error) {
+	after := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	if !a.First {
+		after = pgtype.Timestamptz{Time: a.AfterCreated, Valid: true}
+	}
+	return e.orders(ctx, "list_orders", string(a.Status), after, a.AfterID, a.Limit)
+}
+
+// ClaimKey implements core.Executor.
+func (e executor) ClaimKey(ctx context.Context, k core.Key, now time.Time) (bool, error) {
+	tag, err := e.exec(ctx, "idempotency_claim", k.Key, k.RequestHash, k.OrderID, now)
+	return tag.RowsAffected() == 1, err
+}
+
+// KeyOwner implements core.Executor.
+func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID string, err error) {
+	err = e.scan(ctx, "idempotency_get", []any{key}, &hash, &orderID)
+	return hash, orderID, err
+}
+
+// InsertOrder implements core.Executor: the order and its items in one round trip.
+func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
+	skus, qtys := make([]string, len(o.Items)), make([]int64, len(o.Items))
+	for i, it := range o.Items {
 		skus[i], qtys[i] = it.SKU, it.Qty
 	}
-	var res store.CreateOrderResult
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		o := p.NewOrder(now)
-		if p.IdempotencyKey != "" {
-			var key string
-			err := tx.QueryRow(ctx, q.Get("idempotency_claim"), p.IdempotencyKey, p.RequestHash, o.ID, now).Scan(&key)
-			if errors.Is(err, pgx.ErrNoRows) { // the key is taken: replay its order
-				var hash, id string
-				if err := tx.QueryRow(ctx, q.Get("idempotency_get"), p.IdempotencyKey).Scan(&hash, &id); err != nil {
-					return fmt.Errorf("idempotency key: %w", err)
-				}
-				if hash != p.RequestHash {
-					return store.ErrIdempotencyMismatch
-				}
-				existing, err := queryOrder(ctx, tx, q.Get("get_order"), id)
-				if err != nil {
-					return fmt.Errorf("load order %s of idempotency key: %w", id, err)
-				}
-				res = store.CreateOrderResult{Order: existing, Replayed: true}
-				return nil
-			} else if err != nil {
-				return fmt.Errorf("idempotency key: %w", err)
-			}
-		}
-		_, err = tx.Exec(ctx, q.Get("insert_order"), o.ID, o.AmountCents, o.Currency, o.CreatedAt, o.ExpiresAt, o.CancelAfter)
-		if err != nil {
-			if err := interpretError(err); errors.Is(err, store.ErrOrderExists) {
-				return err
-			}
-			return fmt.Errorf("insert order: %w", err)
-		}
-		for _, it := range p.Items {
-			tag, err := tx.Exec(ctx, q.Get("reserve_sku"), it.Qty, it.SKU, now)
-			if err != nil {
-				return fmt.Errorf("reserve %s: %w", it.SKU, err)
-			}
-			if tag.RowsAffected() == 0 {
-				return fmt.Errorf("%w: sku %q", store.ErrInsufficientStock, it.SKU)
-			}
-		}
-		if _, err := tx.Exec(ctx, q.Get("insert_items"), o.ID, skus, qtys); err != nil {
-			return fmt.Errorf("insert items: %w", err)
-		}
-		res = store.CreateOrderResult{Order: o}
-		return writeEffects(ctx, tx, now, moveReserve, order.EventCreated, o)
-	})
-	if err != nil {
-		return store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", p.ID, err)
-	}
-	return res, nil
+	var b pgx.Batch
+	b.Queue(q.Get("insert_order"), o.ID, o.AmountCents, o.Currency, o.CreatedAt, o.ExpiresAt, o.CancelAfter)
+	b.Queue(q.Get("insert_items"), o.ID, skus, qtys)
+	return e.send(ctx, &b)
 }
 
-// GetOrder implements store.Orders.
-func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
-	o, err := queryOrder(ctx, s.pool, q.Get("get_order"), id)
-	if err != nil {
-		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)
-	}
-	return o, nil
+// StartPayment implements core.Executor.
+func (e executor) StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "start_payment", id, now)
 }
 
-// ListOrders implements store.Orders.
-func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
-	after, afterID := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}, ""
-	if p.Cursor != "" {
-		c, id, err := store.DecodeCursor(p.Cursor)
-		if err != nil {
-			return store.ListOrdersResult{}, err
-		}
-		after, afterID = pgtype.Timestamptz{Time: c, Valid: true}, id
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 50
-	}
-	os, err := queryOrders(ctx, s.pool, q.Get("list_orders"), string(p.Status), after, afterID, limit+1)
-	if err != nil {
-		return store.ListOrdersResult{}, fmt.Errorf("list orders: %w", err)
-	}
-	return store.Page(os, limit), nil
+// MarkPaid implements core.Executor.
+func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, p.OrderID, "mark_paid", p.OrderID, now, p.PaymentID, p.AmountCents)
 }
 
-// StartPayment implements store.Orders.
-func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error) {
-	var o order.Order
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		o, err = queryOrder(ctx, tx, q.Get("start_payment"), id, now)
-		if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		// The update matched nothing: say why.
-		if o, err = queryOrder(ctx, tx, q.Get("get_order"), id); err != nil {
-			return err
-		}
-		switch o.Status {
-		case order.Paying:
-			return nil
-		case order.Pending:
-			return store.ErrOrderExpired
-		default:
-			return store.ErrNotPending
-		}
-	})
-	if err != nil {
-		return o, fmt.Errorf("start payment %s: %w", id, err)
-	}
-	return o, nil
+// FlagRefund implements core.Executor.
+func (e executor) FlagRefund(ctx context.Context, p store.PaymentParams, _ time.Time) (order.Order, bool, error) {
+	return e.one(ctx, p.OrderID, "flag_refund", p.OrderID, p.PaymentID, p.AmountCents)
 }
 
-// replayed records a callback id and reports whether it was seen before (the
-// transaction then changes nothing). It also purges ids past store.CallbackMemory.
-func (s *Store) replayed(ctx context.Context, tx pgx.Tx, now time.Time, p store.PaymentParams) (bool, error) {
-	if p.CallbackID == "" {
-		return false, nil
-	}
-	if _, err := tx.Exec(ctx, q.Get("callback_purge"), now.Add(-store.CallbackMemory)); err != nil {
-		return false, fmt.Errorf("purge callback ids: %w", err)
-	}
-	tag, err := tx.Exec(ctx, q.Get("callback_seen"), p.CallbackID, p.OrderID, now)
-	if err != nil {
-		return false, fmt.Errorf("record callback id: %w", err)
-	}
-	return tag.RowsAffected() == 0, nil
+// FailPayment implements core.Executor.
+func (e executor) FailPayment(ctx context.Context, id string) (order.Order, bool, error) {
+	return e.one(ctx, id, "fail_payment", id)
 }
 
-// replay answers a replayed callback with the order as it is.
-func replay(ctx context.Context, tx pgx.Tx, p store.PaymentParams) (store.PaymentResult, error) {
-	o, err := queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+// BuyerCancel implements core.Executor.
+func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "buyer_cancel", id, now)
 }
 
-// CompletePayment implements store.Orders.
-func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
-	var res store.PaymentResult
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		res = store.PaymentResult{}
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
-			if err == nil {
-				res, err = replay(ctx, tx, p)
-			}
-			return err
-		}
-		o, err := queryOrder(ctx, tx, q.Get("mark_paid"), p.OrderID, now, p.PaymentID, p.AmountCents)
-		if err == nil {
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
-			return writeEffects(ctx, tx, now, moveCommit, order.EventPaid, o)
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		o, err = queryOrder(ctx, tx, q.Get("flag_refund"), p.OrderID, p.PaymentID, p.AmountCents)
-		if err == nil {
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
-			return writeEffects(ctx, tx, now, moveNone, order.EventRefundRequired, o)
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if o, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID); err != nil {
-			return err
-		}
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		if o.AmountCents != p.AmountCents {
-			return store.ErrAmountMismatch
-		}
+// CancelDue implements core.Executor. The items are read after the UPDATE,
+// of the orders it cancelled only.
+func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
+	return e.orders(ctx, "cancel_due", a.Now, a.IDs, a.SkipAttempted, a.Confirmed)
+}
+
+// ClaimDue implements core.Executor.
+func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order, error) {
+	return e.orders(ctx, "claim_due", a.Now, a.DueBy, a.Limit, a.SkipAttempted)
+}
+
+// SeeCallback implements core.Executor: the purge and the record in one round trip.
+func (e executor) SeeCallback(ctx context.Context, callbackID, orderID string, now, forgetBefore time.Time) (bool, error) {
+	var first bool
+	var b pgx.Batch
+	b.Queue(q.Get("callback_purge"), forgetBefore)
+	b.Queue(q.Get("callback_seen"), callbackID, orderID, now).Exec(func(tag pgconn.CommandTag) error {
+		first = tag.RowsAffected() == 1
 		return nil
 	})
-	if err != nil {
-		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
-	}
-	return res, nil
+	err := e.send(ctx, &b)
+	return first, err
 }
 
-// FailPayment implements store.Orders.
-func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
-	var res store.PaymentResult
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		res = store.PaymentResult{}
-		if p.CallbackID != "" {
-			now, err := s.now(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if seen, err := s.replayed(ctx, tx, now, p); err != nil || seen {
-				if err == nil {
-					res, err = replay(ctx, tx, p)
-				}
-				return err
-			}
-		}
-		o, err := queryOrder(ctx, tx, q.Get("fail_payment"), p.OrderID)
-		if err == nil {
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
-			return nil
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		o, err = queryOrder(ctx, tx, q.Get("get_order"), p.OrderID)
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		return err
-	})
-	if err != nil {
-		return res, fmt.Errorf("fail payment of %s: %w", p.OrderID, err)
-	}
-	return res, nil
+// PaymentChecks implements core.Executor.
+func (e executor) PaymentChecks(ctx context.Context, dueBy time.Time, limit int) ([]store.Deadline, error) {
+	return e.deadlines(ctx, "payment_checks", dueBy, limit)
 }
 
-// CancelOrder implements store.Orders.
-func (s *Store) CancelOrder(ctx context.Context, id string) (order.Order, error) {
-	var o order.Order
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		o, err = queryOrder(ctx, tx, q.Get("buyer_cancel"), id, now)
-		if err == nil {
-			return writeEffects(ctx, tx, now, moveRelease, order.EventCancelled, o)
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if o, err = queryOrder(ctx, tx, q.Get("get_order"), id); err != nil {
-			return err
-		}
-		return store.ErrNotPending
-	})
-	if err != nil {
-		return o, fmt.Errorf("cancel order %s: %w", id, err)
-	}
-	return o, nil
-}
-
-// CancelDue implements store.Orders: one transaction per batch, one UPDATE
-// deciding which orders it cancels, then the ledger, counters and events of
-// exactly those orders, set-based.
-func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
-	var res store.CancelDueResult
-	if len(p.IDs) == 0 && p.Claim <= 0 {
-		return res, nil
-	}
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		res = store.CancelDueResult{Now: now}
-		var cancelled []order.Order
-		if len(p.IDs) > 0 {
-			cancelled, err = queryOrders(ctx, tx, q.Get("cancel_due"), now, p.IDs, p.SkipAttempted, p.Confirmed)
-		} else {
-			cancelled, err = queryOrders(ctx, tx, q.Get("claim_due"), now, now.Add(-p.Lag), p.Claim, p.SkipAttempted)
-		}
-		if err != nil {
-			return fmt.Errorf("cancel: %w", err)
-		}
-		done := make(map[string]bool, len(cancelled))
-		for _, o := range cancelled {
-			done[o.ID] = true
-			res.Cancelled = append(res.Cancelled, store.Cancelled{
-				ID: o.ID, CancelAfter: o.CancelAfter, CancelledAt: o.CancelledAt, PaymentAttempts: o.PaymentAttempts,
-			})
-		}
-		if err := writeEffects(ctx, tx, now, moveRelease, order.EventCancelled, cancelled...); err != nil {
-			return err
-		}
-		var rest []string
-		for _, id := range p.IDs {
-			if !done[id] {
-				rest = append(rest, id)
-				done[id] = true // a duplicate id in the batch is reported once
-			}
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-		// Why the others were left: their rows, items not needed.
-		rows, err := tx.Query(ctx, q.Get("get_orders"), rest)
-		if err != nil {
-			return fmt.Errorf("read skipped: %w", err)
-		}
-		others, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (order.Order, error) { return scanOrder(r) })
-		if err != nil {
-			return fmt.Errorf("read skipped: %w", err)
-		}
-		found := make(map[string]order.Order, len(others))
-		for _, o := range others {
-			found[o.ID] = o
-		}
-		for _, id := range rest {
-			o, ok := found[id]
-			res.Skipped = append(res.Skipped, store.Skipped{
-				ID: id, Status: o.Status, CancelAfter: o.CancelAfter, PaymentAttempts: o.PaymentAttempts, Missing: !ok,
-			})
-		}
-		return nil
-	})
-	if err != nil {
-		if len(p.IDs) == 0 {
-			return store.CancelDueResult{}, fmt.Errorf("cancel due claim of %d: %w", p.Claim, err)
-		}
-		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
-	}
-	return res, nil
-}
-
-// PaymentChecks implements store.Orders.
-func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]store.Deadline, error) {
-	now, err := s.now(ctx, s.pool)
-	if err != nil {
-		return nil, fmt.Errorf("payment checks: %w", err)
-	}
-	out, err := queryDeadlines(ctx, s.pool, q.Get("payment_checks"), now.Add(-lag), limit)
-	if err != nil {
-		return nil, fmt.Errorf("payment checks: %w", err)
-	}
-	return out, nil
-}
-
-// NextDeadline implements store.Orders.
-func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+// NextDeadline implements core.Executor.
+func (e executor) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var at *time.Time
-	if err := s.pool.QueryRow(ctx, q.Get("next_deadline")).Scan(&at); err != nil {
-		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
-	}
-	if at == nil {
-		return time.Time{}, false, nil
+	if err := e.scan(ctx, "next_deadline", nil, &at); err != nil || at == nil {
+		return time.Time{}, false, err
 	}
 	return at.UTC(), true, nil
 }
 
-// PendingDeadlines implements store.Orders.
-func (s *Store) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
+// PendingDeadlines implements core.Executor.
+func (e executor) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
 	from := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	if !after.CancelAfter.IsZero() {
 		from = pgtype.Timestamptz{Time: after.CancelAfter, Valid: true}
 	}
-	out, err := queryDeadlines(ctx, s.pool, q.Get("pending_deadlines"), from, after.OrderID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pending deadlines: %w", err)
-	}
-	return out, nil
+	return e.deadlines(ctx, "pending_deadlines", from, after.OrderID, limit)
 }
 
-// queryDeadlines runs a query returning (id, cancel_after) rows.
-func queryDeadlines(ctx context.Context, db querier, query string, args ...any) ([]store.Deadline, error) {
-	rows, err := db.Query(ctx, query, args...)
+// deadlines runs the named query returning (id, cancel_after) rows.
+func (e executor) deadlines(ctx context.Context, name string, args ...any) ([]store.Deadline, error) {
+	rows, err := e.db.Query(ctx, q.Get(name), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -570,15 +250,9 @@ func queryDeadlines(ctx context.Context, db querier, query string, args ...any) 
 	})
 }
 
-// CountStuck implements store.Orders.
-func (s *Store) CountStuck(ctx context.Context) (int64, error) {
-	now, err := s.now(ctx, s.pool)
-	if err != nil {
-		return 0, fmt.Errorf("count stuck payments: %w", err)
-	}
+// CountStuck implements core.Executor.
+func (e executor) CountStuck(ctx context.Context, now time.Time) (int64, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, q.Get("count_stuck"), now).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count stuck payments: %w", err)
-	}
-	return n, nil
+	err := e.scan(ctx, "count_stuck", []any{now}, &n)
+	return n, err
 }

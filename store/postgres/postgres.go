@@ -1,4 +1,9 @@
-// Package postgres is lapse's PostgreSQL store, on pgx v5 and its pool.
+// Package postgres is lapse's PostgreSQL store, on pgx v5 and its pool: a
+// driver of store/core, which holds the logic of every transaction. What is
+// PostgreSQL's is here: the statements (queries.sql, audit.sql), lists passed
+// as one array parameter, RETURNING, pipelined batches (a transition's
+// effects in one round trip, a group of creates in two), FOR UPDATE and
+// SKIP LOCKED, and how the server's errors classify.
 //
 // Guarantees beyond the store.Store contract:
 //
@@ -11,7 +16,8 @@
 //   - Claim mode takes due orders with FOR UPDATE SKIP LOCKED on the
 //     (status, cancel_after) index, so any number of instances sweep at once
 //     without taking the same rows or waiting for each other.
-//   - SKU rows are locked in SKU order, and a transaction that still loses a
+//   - SKU rows are locked in byte order (COLLATE "C", Go's string order),
+//     whatever the database's collation, and a transaction that still loses a
 //     deadlock or a serialization conflict is run again (Config.Retries).
 //   - Migrate applies each embedded migration in its own transaction under an
 //     advisory lock: concurrent starts queue, and a failed step leaves the
@@ -24,20 +30,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/internal/migrate"
 	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
 //go:embed migrations/*.sql queries.sql audit.sql
@@ -69,9 +72,9 @@ type Config struct {
 	// Defaults to 4; a negative value disables retrying.
 	Retries int
 	// CreateGroup is the most creates committed in one transaction when they
-	// arrive together (group commit, see group.go). Defaults to 64, or to the
-	// URL's create_group parameter; 1 gives every create a transaction of
-	// its own.
+	// arrive together (group commit: store/core's group.go, pipelined by this
+	// package's group.go). Defaults to 64, or to the URL's create_group
+	// parameter; 1 gives every create a transaction of its own.
 	CreateGroup int
 }
 
@@ -124,13 +127,13 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Store is the PostgreSQL implementation of store.Store.
+// Store is the PostgreSQL implementation of store.Store: store/core's
+// transactions on the driver of this package.
 type Store struct {
-	pool    *pgxpool.Pool
-	clock   clock.Clock // nil: the database's clock
-	retries int
-	groups  *grouper // nil: every create alone
-	stmts   *statementCounter
+	*core.Store
+	pool  *pgxpool.Pool
+	stmts *statementCounter
+	cfg   core.Config // what the core was built with (the tests' Tx hook reuses it)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -171,11 +174,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open %s: %w", pc.ConnConfig.Host, err)
 	}
-	s := &Store{pool: pool, clock: cfg.Clock, retries: cfg.Retries, stmts: stmts}
-	if cfg.CreateGroup > 1 {
-		s.groups = newGrouper(s, cfg.CreateGroup)
-	}
-	return s, nil
+	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup}
+	return &Store{Store: core.New(cc), pool: pool, stmts: stmts, cfg: cc}, nil
 }
 
 // Ping implements store.Store.
@@ -195,7 +195,8 @@ func (s *Store) Close() error {
 // Migrate applies the embedded migrations not yet applied, each in its own
 // transaction under an advisory lock on the schema (PostgreSQL's DDL is
 // transactional: a failed step leaves nothing behind, and an instance that
-// waited for the lock finds the step done).
+// waited for the lock finds the step done). A step that loses a deadlock to
+// live traffic runs again, as the store's own transactions do.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrate(ctx, files, "migrations")
 }
@@ -206,7 +207,8 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string) error {
 		return err
 	}
 	for _, m := range ms {
-		err := s.tx(ctx, func(tx pgx.Tx) error {
+		err := s.WithTx(ctx, core.TxOptions{}, func(t *core.Tx) error {
+			tx := t.ExecutorTx.(txExecutor).tx
 			if _, err := tx.Exec(ctx, q.Get("migrate_lock")); err != nil {
 				return fmt.Errorf("lock: %w", err)
 			}
@@ -228,85 +230,4 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string) error {
 		}
 	}
 	return nil
-}
-
-// tx runs fn in one READ COMMITTED transaction, committed if fn returns nil.
-// A transaction that loses a deadlock or a serialization conflict is rolled
-// back and fn runs again from the start, so fn must set its results afresh on
-// every run.
-func (s *Store) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := pgx.BeginFunc(ctx, s.pool, fn)
-		if err == nil || attempt >= s.retries || !retryable(err) {
-			return err
-		}
-		// 1–2 ms, then 2–4 ms, 4–8 ms…: enough for the winner to commit, and
-		// randomised so the losers do not collide again in step.
-		base := time.Millisecond << attempt
-		pause := time.NewTimer(base + rand.N(base))
-		select {
-		case <-ctx.Done():
-			pause.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-pause.C:
-		}
-	}
-}
-
-// now returns the time one transaction's guards compare against: the
-// configured clock's, or else the database's, read once.
-func (s *Store) now(ctx context.Context, db querier) (time.Time, error) {
-	if s.clock != nil {
-		return s.clock.Now().UTC().Truncate(time.Millisecond), nil
-	}
-	var t time.Time
-	if err := db.QueryRow(ctx, q.Get("db_now")).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-	}
-	return t.UTC(), nil
-}
-
-// querier is what *pgxpool.Pool and pgx.Tx share.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// PostgreSQL error codes the driver acts on.
-const (
-	codeUniqueViolation      = "23505"
-	codeSerializationFailure = "40001"
-	codeDeadlockDetected     = "40P01"
-)
-
-// errMovedTwice is a stock movement the ledger already holds: a guard let a
-// second release or commit through, and the primary key refused it.
-var errMovedTwice = errors.New("postgres: stock ledger already holds this movement")
-
-// interpretError maps the database's errors to lapse's sentinels; any other
-// error is returned as it is.
-func interpretError(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	if pe.Code == codeUniqueViolation {
-		switch pe.ConstraintName {
-		case "orders_pkey":
-			return store.ErrOrderExists
-		case "stock_ledger_pkey":
-			return fmt.Errorf("%w: %w", errMovedTwice, err)
-		}
-	}
-	return err
-}
-
-// retryable reports whether err ended a transaction that can simply run again.
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == codeSerializationFailure || pe.Code == codeDeadlockDetected)
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,16 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
 		s, _ := open(t, clk)
 		return s
+	})
+}
+
+// The core's general path for groups of creates, one savepoint per create,
+// on PostgreSQL: the savepoints this driver has though it pipelines groups.
+func TestConformanceWithSavepointGroups(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T, clk clock.Clock) store.Store {
+		s, _ := open(t, clk)
+		return s.WithSavepoints()
 	})
 }
 
@@ -470,10 +481,11 @@ func benchCancelDue(b *testing.B, batch int, claim bool) {
 func TestStatementsCountsACreateAndNothingWhenIdle(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, nil)
-	// A group of one: BEGIN, the database clock, the SKU lock, then orders,
-	// items, reservation, ledger and event in one round trip, COMMIT.
-	if n := storetest.CountsStatements(t, s); n != 9 {
-		t.Errorf("one create of two items: %d statements, want 9", n)
+	// A group of one: BEGIN, the database clock, the SKU lock and the read of
+	// which of the group's ids exist (group_existing) in one round trip, then
+	// orders, items, reservation, ledger and event in one round trip, COMMIT.
+	if n := storetest.CountsStatements(t, s); n != 10 {
+		t.Errorf("one create of two items: %d statements, want 10", n)
 	}
 }
 
@@ -528,4 +540,108 @@ SELECT 'o' || g, s, 1 FROM generate_series(1, 20000) AS g, (VALUES ('a'), ('b'))
 			}
 		}
 	}
+}
+
+// SKU rows are locked, and items read, in byte order (Go's string order, the
+// order a create reserves in) whatever the collation: here the SKU columns
+// take ICU's en-US, which sorts "sku-a" < "sku-b" < "sku-B" where bytes sort
+// "sku-B" first. Locking in the collation's order, a cancel (sku-a, then
+// sku-B) and a create (sku-B, then sku-a) deadlocked.
+func TestByteOrderWhateverTheCollation(t *testing.T) {
+	t.Parallel()
+	u := newSchema(t)
+	// Lone creates (the reservation goes row by row), retries off.
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: u, CreateGroup: 1, Retries: -1, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, u)
+	_, err = conn.Exec(ctx, `ALTER TABLE skus ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu";
+ALTER TABLE order_items ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu"`)
+	if err != nil {
+		t.Fatalf("no ICU collation on this server: %v", err)
+	}
+	skus := []string{"sku-B", "sku-a", "sku-b"} // byte order
+	storetest.Stock(t, s, 1000, skus...)
+	if column := firstColumn(t, conn, `SELECT sku FROM skus ORDER BY sku`); slices.Equal(column, skus) {
+		t.Fatalf("the column's collation sorts %v: want an order other than bytes'", column)
+	}
+
+	// The statements that lock SKU rows return them in the order they lock them.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lock_skus", "group_lock_skus"} {
+		if got := firstColumn(t, tx, postgres.Query(name), []string{"sku-a", "sku-b", "sku-B"}); !slices.Equal(got, skus) {
+			t.Errorf("%s locks %v, want %v", name, got, skus)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	items := []order.Item{{SKU: "sku-b", Qty: 1}, {SKU: "sku-a", Qty: 1}, {SKU: "sku-B", Qty: 1}}
+	create := func(id string) error {
+		_, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: id, Items: items, AmountCents: 1, Currency: "EUR", Timeout: time.Hour})
+		return err
+	}
+	if err := create("first"); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.GetOrder(ctx, "first"); err != nil || !slices.Equal(o.Items, store.ItemsBySKU(items)) {
+		t.Fatalf("items read back %+v (%v), want %+v", o.Items, err, store.ItemsBySKU(items))
+	}
+
+	// Creates and cancels sharing the SKUs, with retries off: a deadlock
+	// would be an error.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				id := fmt.Sprintf("w%d-%02d", w, i)
+				if err := create(id); err != nil {
+					t.Errorf("create %s: %v", id, err)
+					return
+				}
+				if _, err := s.CancelOrder(ctx, id); err != nil {
+					t.Errorf("cancel %s: %v", id, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	storetest.AuditOK(t, s)
+}
+
+// firstColumn reads the first column of every row of a query.
+func firstColumn(t *testing.T, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vs, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, vs[0].(string))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

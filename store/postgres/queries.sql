@@ -12,26 +12,34 @@
 -- then compares deadlines against this one clock.
 SELECT date_trunc('milliseconds', clock_timestamp());
 
--- name: get_order
-SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
-FROM orders WHERE id = $1;
-
 -- name: get_orders
+-- The orders of the ids in $1 that exist, their items read by get_items in
+-- the same round trip.
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
 FROM orders WHERE id = ANY($1::text[]);
+
+-- name: lock_order
+-- One order, its row held until the transaction ends: when a guarded UPDATE
+-- matched nothing, the core reads why from a row no other transaction can
+-- change before it decides (or runs the UPDATE again).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+FROM orders WHERE id = $1
+FOR UPDATE;
 
 -- name: get_items
 -- One primary-key lookup per order id. Written as a lateral subquery behind
 -- OFFSET 0 (which keeps the planner from flattening it into a join) because
 -- "order_id = ANY($1)" alone is planned from statistics: before the first
 -- ANALYZE (a new database, autovacuum off or behind) PostgreSQL takes 200
--- ids to match every row and scans the whole table on every batch.
+-- ids to match every row and scans the whole table on every batch. Items
+-- come in SKU byte order (COLLATE "C", Go's string order), whatever the
+-- database's collation: the order the core locks and compares them in.
 SELECT i.order_id, i.sku, i.qty
 FROM unnest($1::text[]) AS x (id),
      LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i
-ORDER BY i.order_id, i.sku;
+ORDER BY i.order_id, i.sku COLLATE "C";
 
 -- name: list_orders
 -- $1 status or '', ($2, $3) the (created_at, id) of the last row of the
@@ -44,16 +52,17 @@ ORDER BY created_at DESC, id DESC
 LIMIT $4;
 
 -- name: idempotency_claim
--- Takes the key for this request. A concurrent request with the same key waits
--- here until the first commits, then gets no row and replays its order.
+-- Takes the key for this request; no row inserted means another request holds
+-- it. A concurrent request with the same key waits here until the first
+-- commits, then inserts nothing and replays its order.
 INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES ($1, $2, $3, $4)
-ON CONFLICT (key) DO NOTHING
-RETURNING key;
+ON CONFLICT (key) DO NOTHING;
 
 -- name: idempotency_get
 SELECT request_hash, order_id FROM idempotency_keys WHERE key = $1;
 
 -- name: insert_order
+-- Sent with insert_items in one round trip.
 INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 VALUES ($1, 'PENDING', $2, $3, $4, $5, $6);
 
@@ -64,8 +73,9 @@ SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 
 -- name: reserve_sku
 -- Reserve $1 units of SKU $2; no row changed means not enough stock (or no
--- such SKU). The driver reserves an order's SKUs in sorted order, so two
--- orders never wait for each other's rows in opposite orders.
+-- such SKU). The core reserves an order's SKUs in byte order, the order every
+-- lock of SKU rows takes, so two transactions never wait for each other's
+-- rows in opposite orders.
 UPDATE skus SET available = available - $1, locked = locked + $1, updated_at = $3
 WHERE sku = $2 AND available >= $1;
 
@@ -83,10 +93,21 @@ ON CONFLICT (key) DO NOTHING
 RETURNING key;
 
 -- name: group_lock_skus
--- Locks the SKU rows of a group of creates in SKU order and reads what they
--- have: under READ COMMITTED a row locked FOR UPDATE is the newest committed
--- version, so the counts stay true until the transaction ends.
-SELECT sku, available FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku FOR UPDATE;
+-- Locks the SKU rows of a group of creates in byte order (COLLATE "C": the
+-- order a lone create reserves in, whatever the database's collation; rows
+-- are locked after the sort) and reads what they have: under READ COMMITTED a
+-- row locked FOR UPDATE is the newest committed version, so the counts stay
+-- true until the transaction ends.
+SELECT sku, available FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
+
+-- name: group_existing
+-- Which order ids of a group of creates are taken, so that a retried create
+-- is answered order_exists as a lone one is, not refused for the stock its
+-- first try took. Sent after group_lock_skus in the same round trip: a create
+-- of the same id holding one of those rows has committed by now. One that
+-- has not yet shows as a unique violation when the group inserts, and the
+-- group's orders are then created one by one.
+SELECT id FROM orders WHERE id = ANY($1::text[]);
 
 -- name: group_insert_orders
 -- The accepted orders of a group, position by position; $6 is "now".
@@ -103,16 +124,18 @@ SELECT i.order_id, i.sku, i.qty FROM unnest($1::text[], $2::text[], $3::bigint[]
 
 -- name: group_reserve
 -- $1 SKUs, $2 the quantity the accepted orders of a group take of each,
--- summed. The rows are locked by group_lock_skus and the driver checked
+-- summed. The rows are locked by group_lock_skus and the core checked
 -- available >= qty on what it read; the condition is repeated so a mistake
--- changes fewer rows than SKUs, which the driver treats as an error.
+-- changes fewer rows than SKUs, which the driver reports as
+-- core.ErrGroupMismatch.
 UPDATE skus SET available = skus.available - d.qty, locked = skus.locked + d.qty, updated_at = $3
 FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
 WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]) AND skus.available >= d.qty;
 
 -- name: group_release_keys
--- The keys a group took for orders it then refused (not enough stock): as the
--- rollback of a lone create would, the key is left free for a retry.
+-- The keys a group took for orders it then refused (an order id taken, not
+-- enough stock): as the rollback of a lone create would, the key is left free
+-- for a retry.
 DELETE FROM idempotency_keys WHERE key = ANY($1::text[]);
 
 -- name: ledger_insert
@@ -125,11 +148,12 @@ FROM unnest($1::text[]) AS x (id),
      LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i;
 
 -- name: lock_skus
--- Locks the SKU rows $1 in SKU order before the counter update below touches
--- them in whatever order its plan produces: two transactions sharing SKUs then
--- queue instead of deadlocking. The condition on skus alone keeps it an index
--- scan however large the table.
-SELECT sku FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku FOR UPDATE;
+-- Locks the SKU rows $1 in byte order (COLLATE "C", whatever the database's
+-- collation: the order a create reserves in) before the counter update below
+-- touches them in whatever order its plan produces: two transactions sharing
+-- SKUs then queue instead of deadlocking. The condition on skus alone keeps it
+-- an index scan however large the table.
+SELECT sku FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
 
 -- name: release_stock
 -- $1 SKUs, $2 the quantity of each that the orders being cancelled hold:
@@ -166,6 +190,8 @@ INSERT INTO payment_callbacks (callback_id, order_id, seen_at) VALUES ($1, $2, $
 ON CONFLICT (callback_id) DO NOTHING;
 
 -- name: callback_purge
+-- Forget callbacks older than store.CallbackMemory; sent with callback_seen in
+-- one round trip.
 DELETE FROM payment_callbacks WHERE seen_at < $1;
 
 -- name: mark_paid
@@ -263,6 +289,18 @@ WHERE published_at IS NULL ORDER BY seq LIMIT $1;
 -- name: mark_published
 UPDATE outbox SET published_at = $1
 WHERE seq = ANY($2::bigint[]) AND published_at IS NULL;
+
+-- name: savepoint
+-- The savepoints bracket one create of a group in the core's general path;
+-- this driver creates groups with group_claim_keys … group_release_keys
+-- instead, and has them for completeness.
+SAVEPOINT create_order;
+
+-- name: rollback_to_savepoint
+ROLLBACK TO SAVEPOINT create_order;
+
+-- name: release_savepoint
+RELEASE SAVEPOINT create_order;
 
 -- name: migrate_lock
 -- Serialises migrations of one schema: concurrent `lapse serve` starts queue

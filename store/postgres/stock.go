@@ -2,118 +2,104 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
-// SetStock implements store.Stock.
-func (s *Store) SetStock(ctx context.Context, sku string, available int64) (store.SKU, error) {
+// GetSKU implements core.Executor.
+func (e executor) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
 	var out store.SKU
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
+	err := e.scan(ctx, "get_sku", []any{sku}, &out.SKU, &out.Available, &out.Locked, &out.Sold)
+	return out, err
+}
+
+// SetStock implements core.Executor.
+func (e executor) SetStock(ctx context.Context, sku string, available int64, now time.Time) (store.SKU, error) {
+	var out store.SKU
+	err := e.scan(ctx, "set_stock", []any{sku, available, now}, &out.SKU, &out.Available, &out.Locked, &out.Sold)
+	return out, err
+}
+
+// ReserveSKU implements core.Executor.
+func (e executor) ReserveSKU(ctx context.Context, sku string, qty int64, now time.Time) (bool, error) {
+	tag, err := e.exec(ctx, "reserve_sku", qty, sku, now)
+	return tag.RowsAffected() == 1, err
+}
+
+// WriteEffects implements core.Executor: everything in one round trip.
+func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
+	var b pgx.Batch
+	queueEffects(&b, ef)
+	return e.send(ctx, &b)
+}
+
+// queueEffects queues the statements of ef on b: the ledger rows of the
+// move (first: its primary key refuses a second release or commit, and the
+// error rolls the whole transaction back), for a release or a commit the
+// lock of the SKU rows in byte order and the counter update summed per SKU,
+// then the events. WriteGroup sends them with statements of its own.
+func queueEffects(b *pgx.Batch, ef core.Effects) {
+	if ef.Move != core.MoveNone {
+		b.Queue(q.Get("ledger_insert"), ef.IDs, string(ef.Move), ef.Now)
+	}
+	counter := ""
+	switch ef.Move {
+	case core.MoveRelease:
+		counter = "release_stock"
+	case core.MoveCommit:
+		counter = "commit_stock"
+	}
+	if counter != "" {
+		b.Queue(q.Get("lock_skus"), ef.SKUs)
+		b.Queue(q.Get(counter), ef.SKUs, ef.Qtys, ef.Now)
+	}
+	if len(ef.Events) > 0 {
+		ids, orderIDs, payloads := make([]string, len(ef.Events)), make([]string, len(ef.Events)), make([]string, len(ef.Events))
+		for i, ev := range ef.Events {
+			ids[i], orderIDs[i], payloads[i] = ev.ID, ev.OrderID, string(ev.Payload)
 		}
-		return tx.QueryRow(ctx, q.Get("set_stock"), sku, available, now).
-			Scan(&out.SKU, &out.Available, &out.Locked, &out.Sold)
-	})
-	if err != nil {
-		return store.SKU{}, fmt.Errorf("set stock of %s: %w", sku, err)
+		b.Queue(q.Get("insert_events"), ef.Type, ef.Now, ids, orderIDs, payloads)
 	}
-	return out, nil
 }
 
-// GetSKU implements store.Stock.
-func (s *Store) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
-	var out store.SKU
-	err := s.pool.QueryRow(ctx, q.Get("get_sku"), sku).Scan(&out.SKU, &out.Available, &out.Locked, &out.Sold)
+// UnpublishedEvents implements core.Executor.
+func (e executor) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
+	rows, err := e.db.Query(ctx, q.Get("unpublished_events"), limit)
 	if err != nil {
-		return store.SKU{}, fmt.Errorf("get sku %s: %w", sku, interpretError(err))
+		return nil, err
 	}
-	return out, nil
-}
-
-// UnpublishedEvents implements store.Outbox.
-func (s *Store) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	rows, err := s.pool.Query(ctx, q.Get("unpublished_events"), limit)
-	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (order.Event, error) {
-		var e order.Event
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (order.Event, error) {
+		var ev order.Event
 		var payload string
-		err := r.Scan(&e.Seq, &e.ID, &e.Type, &e.OrderID, &payload, &e.CreatedAt)
-		e.Payload, e.CreatedAt = []byte(payload), e.CreatedAt.UTC()
-		return e, err
+		err := r.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &payload, &ev.CreatedAt)
+		ev.Payload, ev.CreatedAt = []byte(payload), ev.CreatedAt.UTC()
+		return ev, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	return out, nil
 }
 
-// MarkPublished implements store.Outbox.
-func (s *Store) MarkPublished(ctx context.Context, seqs []int64) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, q.Get("mark_published"), now, seqs)
+// MarkPublished implements core.Executor.
+func (e executor) MarkPublished(ctx context.Context, seqs []int64, now time.Time) error {
+	_, err := e.exec(ctx, "mark_published", now, seqs)
+	return err
+}
+
+// AuditRows implements core.Executor: the checks of audit.sql take named
+// parameters, @now and @allowed_lag_ms.
+func (e executor) AuditRows(ctx context.Context, check sqlfile.Query, now time.Time, lag time.Duration, row func(detail string)) error {
+	rows, err := e.db.Query(ctx, check.SQL, pgx.NamedArgs{"now": now, "allowed_lag_ms": lag.Milliseconds()})
+	if err != nil {
 		return err
+	}
+	var detail string
+	_, err = pgx.ForEachRow(rows, []any{&detail}, func() error {
+		row(detail)
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("mark %d events published: %w", len(seqs), err)
-	}
-	return nil
-}
-
-// Audit implements store.Auditor: every query of audit.sql, run in one
-// read-only REPEATABLE READ transaction so the checks see one snapshot.
-func (s *Store) Audit(ctx context.Context, p store.AuditParams) (store.AuditReport, error) {
-	if p.MaxExamples <= 0 {
-		p.MaxExamples = 10
-	}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return store.AuditReport{}, fmt.Errorf("audit: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only; nothing to undo
-	now, err := s.now(ctx, tx)
-	if err != nil {
-		return store.AuditReport{}, fmt.Errorf("audit: %w", err)
-	}
-	rep := store.AuditReport{At: now}
-	args := pgx.NamedArgs{"now": now, "allowed_lag_ms": p.AllowedLag.Milliseconds()}
-	for _, c := range auditChecks {
-		check := store.AuditCheck{Name: c.Name}
-		if name, ok := strings.CutPrefix(c.Name, "warn_"); ok {
-			check.Name, check.Warning = name, true
-		}
-		rows, err := tx.Query(ctx, c.SQL, args)
-		if err != nil {
-			return rep, fmt.Errorf("audit %s: %w", c.Name, err)
-		}
-		var detail string
-		_, err = pgx.ForEachRow(rows, []any{&detail}, func() error {
-			check.Count++
-			if len(check.Examples) < p.MaxExamples {
-				check.Examples = append(check.Examples, detail)
-			}
-			return nil
-		})
-		if err != nil {
-			return rep, fmt.Errorf("audit %s: %w", c.Name, err)
-		}
-		rep.Checks = append(rep.Checks, check)
-	}
-	return rep, nil
+	return err
 }

@@ -5,11 +5,6 @@
 -- Every state change is one conditional UPDATE; its RETURNING rows (or their
 -- absence) decide who won.
 
--- name: get_order
-SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
-FROM orders WHERE id = ?1;
-
 -- name: get_orders
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
@@ -31,9 +26,6 @@ LIMIT ?4;
 
 -- name: idempotency_get
 SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1;
-
--- name: idempotency_put
-INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4);
 
 -- name: insert_order
 INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
@@ -185,3 +177,9 @@ ROLLBACK TO create_order;
 
 -- name: release_savepoint
 RELEASE create_order;
+
+-- name: idempotency_claim
+-- Takes the key for this request; no row inserted means another request
+-- took it (its order is replayed, or the key refused).
+INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (key) DO NOTHING;

@@ -15,18 +15,15 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/lapsehq/lapse/internal/clock"
-	"github.com/lapsehq/lapse/internal/group"
 	"github.com/lapsehq/lapse/internal/migrate"
 	"github.com/lapsehq/lapse/internal/sqlcount"
 	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 )
 
 //go:embed migrations/*.sql queries.sql audit.sql
@@ -89,16 +86,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Store is the SQLite implementation of store.Store.
+// Store is the SQLite implementation of store.Store: store/core's
+// transactions on the driver below.
 type Store struct {
+	*core.Store
 	w      *sql.DB // the single writer
 	r      *sql.DB // readers
 	clock  clock.Clock
-	writer writer                    // who gets w next
-	stmts  *sqlcount.Counter         // both pools' statements (Statements)
-	groups *group.Queue[*createCall] // nil: every create alone
-
-	groupsRun, grouped atomic.Int64 // groups committed, the orders they held
+	writer writer            // who gets w next
+	stmts  *sqlcount.Counter // both pools' statements (Statements)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -166,9 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetMaxOpenConns(cfg.Readers)
 	r.SetMaxIdleConns(cfg.Readers)
 	s := &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}
-	if cfg.CreateGroup > 1 {
-		s.groups = group.New(cfg.CreateGroup, s.createGroup)
-	}
+	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock, CreateGroup: cfg.CreateGroup})
 	return s, nil
 }
 
@@ -200,7 +194,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.writeTx(ctx, func(tx *sql.Tx) error {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 				return err
@@ -222,49 +216,108 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// tx runs fn in one write transaction, committed if fn returns nil.
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return s.txp(ctx, false, fn)
-}
-
-// txp is tx with a priority: urgent transactions (timeout cancels) get the
-// write connection before the others waiting for it.
-func (s *Store) txp(ctx context.Context, urgent bool, fn func(tx *sql.Tx) error) error {
-	if err := s.writer.lock(ctx, urgent); err != nil {
-		return fmt.Errorf("wait for the writer: %w", err)
-	}
-	defer s.writer.unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
+// writeTx runs fn in one write transaction, committed if fn returns nil
+// (Migrate's steps; the store's transactions run through store/core).
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.begin(ctx, false)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	if err := fn(tx.tx); err != nil {
+		_ = tx.Rollback(ctx)
+		return err
 	}
-	return nil
+	return tx.Commit(ctx)
 }
 
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// driver is the store as store/core sees it: reads on the reader pool
+// (the embedded executor; it never writes there), transactions on the writer.
+type driver struct {
+	executor
+	s *Store
 }
 
-// isUniqueViolation reports whether err is a primary-key or unique constraint failure.
-func isUniqueViolation(err error) bool {
+var _ core.Driver = driver{}
+
+// Begin implements core.Driver. A write transaction waits for the one write
+// connection (urgent ones first, see writer.go) and holds it until Commit or
+// Rollback; a read-only one is a snapshot on a reader.
+func (d driver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
+	if o.ReadOnly {
+		tx, err := d.s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			return nil, err
+		}
+		return &txExecutor{executor: executor{db: tx, clock: d.s.clock}, tx: tx}, nil
+	}
+	return d.s.begin(ctx, o.Urgent)
+}
+
+func (s *Store) begin(ctx context.Context, urgent bool) (*txExecutor, error) {
+	if err := s.writer.lock(ctx, urgent); err != nil {
+		return nil, fmt.Errorf("wait for the writer: %w", err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		s.writer.unlock()
+		return nil, err
+	}
+	return &txExecutor{executor: executor{db: tx, clock: s.clock}, tx: tx, release: s.writer.unlock}, nil
+}
+
+// Class implements core.Driver. With one writer nothing deadlocks, so
+// nothing is retried.
+func (driver) Class(err error) core.ErrorClass {
 	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
+	if errors.As(err, &se) {
+		return core.ClassRefused
 	}
-	c := se.Code()
-	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	return core.ClassUnknown
 }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
+// AuditChecks implements core.Driver.
+func (driver) AuditChecks() []sqlfile.Query { return auditChecks }
 
-func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+// txExecutor is the executor on a transaction.
+type txExecutor struct {
+	executor
+	tx      *sql.Tx
+	release func() // hands the writer on; nil for a reader
+}
+
+func (t *txExecutor) done() {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
+}
+
+// Commit implements core.ExecutorTx.
+func (t *txExecutor) Commit(context.Context) error {
+	defer t.done()
+	return t.tx.Commit()
+}
+
+// Rollback implements core.ExecutorTx.
+func (t *txExecutor) Rollback(context.Context) error {
+	defer t.done()
+	return t.tx.Rollback()
+}
+
+// Savepoint implements core.ExecutorTx.
+func (t *txExecutor) Savepoint(ctx context.Context) error {
+	_, err := t.exec(ctx, "savepoint")
+	return err
+}
+
+// RollbackToSavepoint implements core.ExecutorTx.
+func (t *txExecutor) RollbackToSavepoint(ctx context.Context) error {
+	_, err := t.exec(ctx, "rollback_to_savepoint")
+	return err
+}
+
+// ReleaseSavepoint implements core.ExecutorTx.
+func (t *txExecutor) ReleaseSavepoint(ctx context.Context) error {
+	_, err := t.exec(ctx, "release_savepoint")
+	return err
+}

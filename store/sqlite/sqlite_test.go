@@ -139,7 +139,7 @@ func TestGroupCommitGroups(t *testing.T) {
 				t.Errorf("%s: %v", ps[i].ID, err)
 			}
 		}
-		groups, orders := s.GroupStats()
+		groups, orders, _ := s.GroupStats()
 		switch {
 		case size == 1 && groups != 0:
 			t.Errorf("CreateGroup 1: %d groups of %d orders, want none", groups, orders)

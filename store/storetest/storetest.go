@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every store driver passes
-// against a real database before lapse runs on it (STYLE.md: one shared suite,
+// against a real database before lapse runs on it (one shared suite,
 // one test line per driver):
 //
 //	func TestConformance(t *testing.T) {
@@ -58,6 +58,10 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("stuck payments are counted and audited as warnings", func(t *testing.T) { testStuck(t, newStore) })
 	t.Run("set stock adjusts the total", func(t *testing.T) { testSetStock(t, newStore) })
 	t.Run("concurrent pay, callback, buyer cancel and timeout at the deadline", func(t *testing.T) { testRace(t, newStore) })
+	t.Run("items given out of SKU order are answered, announced and read in one order", func(t *testing.T) { testItemsOutOfOrder(t, newStore) })
+	t.Run("a second start payment racing the first attempt's failure is never expired", func(t *testing.T) { testStartRacingFail(t, newStore) })
+	t.Run("a retried create of the order that took the last unit is order_exists, alone or grouped", func(t *testing.T) { testGroupAnswersAsAlone(t, newStore) })
+	t.Run("creates, buyer cancels and timeouts on shared SKUs never deadlock", func(t *testing.T) { testNoDeadlocks(t, newStore) })
 }
 
 // Create places an order of qty 1 per SKU with the suite's timeout and grace.

@@ -1,6 +1,6 @@
 // Package redis is the Redis timer backend: timers in sorted sets sharded by
 // key, claimed by a Lua script, on a standalone Redis or a Redis Cluster
-// (DESIGN.md §5). Any number of lapse instances may share one Redis; each
+// (docs/architecture.md §1). Any number of lapse instances may share one Redis; each
 // timer goes to one of them at a time.
 //
 // # Layout

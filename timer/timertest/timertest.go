@@ -1,5 +1,5 @@
 // Package timertest is the conformance suite every timer backend passes
-// before lapse runs on it (DESIGN.md §5), in the manner of watermill's
+// before lapse runs on it (docs/architecture.md §1), in the manner of watermill's
 // universal tests: a backend declares what it guarantees in Features, and the
 // suite tests exactly that, against a real server for sql, redis and amqp.
 //

@@ -1,0 +1,146 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// effects writes what a transition of os (items loaded) leaves besides the
+// order rows: the ledger rows of move, the counters it moves, and one event
+// of type typ per order (none when typ is "").
+func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, typ string, os ...order.Order) error {
+	if len(os) == 0 {
+		return nil
+	}
+	e, err := NewEffects(now, move, typ, os...)
+	if err != nil {
+		return err
+	}
+	if err := tx.WriteEffects(ctx, e); err != nil {
+		return fmt.Errorf("write %s effects (stock %s): %w", typ, cmpOr(string(move), "unchanged"), err)
+	}
+	return nil
+}
+
+// NewEffects describes the effects of a transition of os: the ledger and
+// counters of move, and one event of type typ per order, its payload the
+// order as the API shows it.
+func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effects, error) {
+	e := Effects{Now: now, Move: move, Type: typ}
+	if move != MoveNone {
+		e.IDs = orderIDs(os)
+	}
+	if move == MoveRelease || move == MoveCommit {
+		e.SKUs, e.Qtys = PerSKU(os)
+	}
+	if typ != "" {
+		e.Events = make([]NewEvent, len(os))
+		for i, o := range os {
+			payload, err := json.Marshal(o)
+			if err != nil {
+				return Effects{}, fmt.Errorf("encode %s event: %w", typ, err)
+			}
+			e.Events[i] = NewEvent{ID: uuid.Must(uuid.NewV7()).String(), OrderID: o.ID, Payload: payload}
+		}
+	}
+	return e, nil
+}
+
+// PerSKU sums the items of os by SKU, SKUs in byte order (the lock order).
+func PerSKU(os []order.Order) ([]string, []int64) {
+	sum := map[string]int64{}
+	for _, o := range os {
+		for _, it := range o.Items {
+			sum[it.SKU] += it.Qty
+		}
+	}
+	skus := slices.Sorted(maps.Keys(sum))
+	qtys := make([]int64, len(skus))
+	for i, sku := range skus {
+		qtys[i] = sum[sku]
+	}
+	return skus, qtys
+}
+
+func orderIDs(os []order.Order) []string {
+	ids := make([]string, len(os))
+	for i, o := range os {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+// unique is ids without repeats, first occurrences in order: a duplicate id
+// in a batch is reported once.
+func unique(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// notIn is ids without those of os, in the order of ids.
+func notIn(ids []string, os []order.Order) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	done := make(map[string]bool, len(os))
+	for _, o := range os {
+		done[o.ID] = true
+	}
+	var rest []string
+	for _, id := range ids {
+		if !done[id] {
+			rest = append(rest, id)
+		}
+	}
+	return rest
+}
+
+func cancelledRows(os []order.Order) []store.Cancelled {
+	var out []store.Cancelled
+	for _, o := range os {
+		out = append(out, store.Cancelled{
+			ID: o.ID, CancelAfter: o.CancelAfter, CancelledAt: o.CancelledAt, PaymentAttempts: o.PaymentAttempts,
+		})
+	}
+	return out
+}
+
+// skippedRows says why each of ids, left by a batch, was left: its row as
+// found in others, or Missing.
+func skippedRows(ids []string, others []order.Order) []store.Skipped {
+	found := make(map[string]order.Order, len(others))
+	for _, o := range others {
+		found[o.ID] = o
+	}
+	out := make([]store.Skipped, 0, len(ids))
+	for _, id := range ids {
+		o, ok := found[id]
+		out = append(out, store.Skipped{
+			ID: id, Status: o.Status, CancelAfter: o.CancelAfter, PaymentAttempts: o.PaymentAttempts, Missing: !ok,
+		})
+	}
+	return out
+}
+
+func cmpOr(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}

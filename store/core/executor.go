@@ -1,0 +1,277 @@
+// Package core holds the logic of every store transaction once: which
+// statements run in which order, what is decided in Go, the order SKU rows are
+// locked in, how a write that matched nothing is explained, replays and
+// idempotency keys, and the ledger and outbox rows each transition leaves.
+//
+// A driver (store/sqlite, store/postgres, store/mysql) supplies an Executor:
+// one method per statement, or per small group of statements that always run
+// together, plus the dialect facts the core cannot know — its placeholders and
+// list encoding, RETURNING or a read back, its lock clause, its clock and how
+// its errors classify. Nothing in a driver decides a transition; nothing in
+// the core names a table. docs/architecture.md walks through the layers.
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lapsehq/lapse/internal/sqlfile"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Executor runs single statements on a connection pool or inside a
+// transaction. Methods that change rows are only called inside one (on an
+// ExecutorTx); reads are called on either.
+//
+// Conventions every driver keeps:
+//   - Orders come back with their items, in SKU byte order.
+//   - Lists of SKUs are passed in byte order (strings.Compare) and rows are
+//     locked in exactly that order, whatever the database's collation, so two
+//     transactions sharing SKUs queue instead of deadlocking.
+//   - A guarded UPDATE that matched no row answers ok=false, not an error.
+//   - Errors leave the driver mapped: no row → store.ErrNotFound, a duplicate
+//     order id → store.ErrOrderExists, a second ledger row → ErrMovedTwice.
+type Executor interface {
+	// DBNow reads the database's clock, truncated to milliseconds, in UTC.
+	DBNow(ctx context.Context) (time.Time, error)
+
+	// Orders reads the orders of ids; missing ones are left out, the rest
+	// come in any order.
+	Orders(ctx context.Context, ids []string) ([]order.Order, error)
+	// ListOrders reads up to Limit orders newest first, after the cursor.
+	ListOrders(ctx context.Context, a ListArgs) ([]order.Order, error)
+	// GetSKU reads one SKU's counters, or store.ErrNotFound.
+	GetSKU(ctx context.Context, sku string) (store.SKU, error)
+	// UnpublishedEvents reads up to limit unpublished events, oldest first.
+	UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error)
+	// PaymentChecks reads PAYING orders and PENDING ones with a failed
+	// attempt whose cancel_after <= dueBy, earliest first.
+	PaymentChecks(ctx context.Context, dueBy time.Time, limit int) ([]store.Deadline, error)
+	// NextDeadline reads the earliest cancel_after of a PENDING order.
+	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// PendingDeadlines pages PENDING orders in (cancel_after, id) order.
+	PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error)
+	// CountStuck counts PAYING orders with cancel_after <= now.
+	CountStuck(ctx context.Context, now time.Time) (int64, error)
+	// AuditRows runs one check of the driver's audit file and calls row for
+	// every violation it finds.
+	AuditRows(ctx context.Context, check sqlfile.Query, now time.Time, lag time.Duration, row func(detail string)) error
+
+	// LockOrder reads one order and holds its row until the transaction
+	// ends (FOR UPDATE where rows lock; a plain read under a single writer).
+	LockOrder(ctx context.Context, id string) (order.Order, error)
+	// ClaimKey takes an idempotency key for orderID. claimed=false: another
+	// request holds it (a concurrent holder is waited for first).
+	ClaimKey(ctx context.Context, k Key, now time.Time) (claimed bool, err error)
+	// KeyOwner reads the request hash and order id a key was taken for.
+	KeyOwner(ctx context.Context, key string) (hash, orderID string, err error)
+	// InsertOrder writes a new PENDING order and its items;
+	// store.ErrOrderExists if the id is taken.
+	InsertOrder(ctx context.Context, o order.Order) error
+	// ReserveSKU moves qty units of sku from available to locked if there
+	// are that many; ok=false otherwise (or no such SKU).
+	ReserveSKU(ctx context.Context, sku string, qty int64, now time.Time) (ok bool, err error)
+	// StartPayment: PENDING with expires_at > now → PAYING.
+	StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
+	// MarkPaid: PENDING or PAYING with the amount → PAID.
+	MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error)
+	// FlagRefund: CANCELLED, not yet flagged, with the amount → refund_required.
+	FlagRefund(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error)
+	// FailPayment: PAYING → PENDING, one more payment attempt. It reads no
+	// clock: a failure reported by a gateway query needs none.
+	FailPayment(ctx context.Context, id string) (order.Order, bool, error)
+	// BuyerCancel: PENDING → CANCELLED (reason buyer).
+	BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
+	// CancelDue cancels (reason timeout) those of a batch that are due and
+	// returns them. The ids are unique and sorted.
+	CancelDue(ctx context.Context, a CancelArgs) ([]order.Order, error)
+	// ClaimDue finds up to a.Limit due orders, skipping rows other
+	// transactions hold, and cancels them like CancelDue.
+	ClaimDue(ctx context.Context, a ClaimArgs) ([]order.Order, error)
+	// SeeCallback forgets callback ids seen before forgetBefore and records
+	// this one; first=false means it was recorded before (a replay).
+	SeeCallback(ctx context.Context, callbackID, orderID string, now, forgetBefore time.Time) (first bool, err error)
+	// WriteEffects writes what a transition leaves besides the order rows
+	// (see Effects), in as few round trips as the driver can.
+	WriteEffects(ctx context.Context, e Effects) error
+	// SetStock sets a SKU's available units (creating it) and returns its counters.
+	SetStock(ctx context.Context, sku string, available int64, now time.Time) (store.SKU, error)
+	// MarkPublished marks the events of seqs published.
+	MarkPublished(ctx context.Context, seqs []int64, now time.Time) error
+}
+
+// ExecutorTx is an Executor inside a transaction.
+type ExecutorTx interface {
+	Executor
+	Commit(ctx context.Context) error
+	// Rollback ends the transaction; it must work on a context already
+	// cancelled (drivers use context.WithoutCancel).
+	Rollback(ctx context.Context) error
+	// Savepoint, RollbackToSavepoint and ReleaseSavepoint bracket one
+	// create of a group committed together (see group.go).
+	Savepoint(ctx context.Context) error
+	RollbackToSavepoint(ctx context.Context) error
+	ReleaseSavepoint(ctx context.Context) error
+}
+
+// Driver is what a store package hands the core.
+type Driver interface {
+	// Executor runs reads on the pool, outside any transaction.
+	Executor
+	// Begin starts a transaction.
+	Begin(ctx context.Context, o TxOptions) (ExecutorTx, error)
+	// Class says what an error that ended a transaction means.
+	Class(err error) ErrorClass
+	// AuditChecks lists the driver's audit queries, in report order.
+	AuditChecks() []sqlfile.Query
+}
+
+// GroupExecutor is an optional capability of an ExecutorTx: it creates a
+// group of orders in two round trips (PostgreSQL's pipelined group commit)
+// instead of one savepoint per order. The core decides which orders of the
+// group are created, with the same function that orders a lone create's
+// checks (Admit), so a group answers as lone transactions would.
+type GroupExecutor interface {
+	// LockGroup takes the group's idempotency keys (in key byte order),
+	// finds which of its order ids already exist, and locks and reads its
+	// SKU rows (in byte order).
+	LockGroup(ctx context.Context, a LockGroupArgs) (GroupState, error)
+	// WriteGroup writes the accepted orders, their items, their summed
+	// reservations and their effects, and gives back the keys of refused
+	// orders. A reservation that changes fewer rows than a.SKUs is
+	// ErrGroupMismatch.
+	WriteGroup(ctx context.Context, a WriteGroupArgs) error
+}
+
+// TxOptions says what kind of transaction to begin.
+type TxOptions struct {
+	// Urgent marks a timeout cancel: a store with one writer hands it the
+	// connection before the other waiters.
+	Urgent bool
+	// ReadOnly asks for a read-only snapshot (the audit).
+	ReadOnly bool
+}
+
+// ErrorClass says what an error that ended a transaction means.
+type ErrorClass int
+
+// Error classes.
+const (
+	// ClassUnknown: the connection or the context failed, and whether a
+	// COMMIT happened is not known.
+	ClassUnknown ErrorClass = iota
+	// ClassRetry: a deadlock, a serialization failure or a lock-wait
+	// timeout rolled the transaction back; it can run again.
+	ClassRetry
+	// ClassRefused: the server refused a statement (a constraint, a bad
+	// value) and the transaction wrote nothing.
+	ClassRefused
+)
+
+// ErrMovedTwice is a stock movement the ledger already holds: a guard let a
+// second release or commit through, and the ledger's key refused it.
+var ErrMovedTwice = errors.New("store: stock ledger already holds this movement")
+
+// ErrGroupMismatch is a group reservation that changed fewer SKU rows than
+// it locked and checked: it should not happen, and the orders are then
+// created one by one.
+var ErrGroupMismatch = errors.New("store: group reservation changed fewer SKU rows than checked")
+
+// ListArgs selects a page of orders for Executor.ListOrders.
+type ListArgs struct {
+	Status order.Status // "" for any
+	// First is true for the first page; otherwise the page starts after
+	// (AfterCreated, AfterID).
+	First        bool
+	AfterCreated time.Time
+	AfterID      string
+	Limit        int
+}
+
+// Key is an idempotency key taken for an order.
+type Key struct {
+	Key, RequestHash, OrderID string
+}
+
+// CancelArgs is a batch of timers for Executor.CancelDue.
+type CancelArgs struct {
+	IDs []string // unique, in byte order
+	Now time.Time
+	// SkipAttempted leaves PENDING orders with a failed payment attempt alone.
+	SkipAttempted bool
+	// Confirmed also takes PAYING (and attempted) orders: the gateway
+	// confirmed their trades closed.
+	Confirmed bool
+}
+
+// ClaimArgs is a claim of due orders for Executor.ClaimDue.
+type ClaimArgs struct {
+	Now           time.Time
+	DueBy         time.Time // cancel_after <= DueBy; never after Now
+	Limit         int
+	SkipAttempted bool
+}
+
+// Move is a stock movement recorded in the ledger.
+type Move string
+
+// Stock movements.
+const (
+	MoveNone    Move = ""
+	MoveReserve Move = "reserve" // ledger rows only: the counters moved item by item
+	MoveRelease Move = "release" // locked → available
+	MoveCommit  Move = "commit"  // locked → sold
+)
+
+// Effects is what a transition of some orders leaves besides the order rows.
+// The ledger goes first: its key refuses a second release or commit, and the
+// error rolls the transaction back before any counter moves twice.
+type Effects struct {
+	Now time.Time
+	// Move, when not MoveNone, writes one ledger row per item of the orders IDs.
+	Move Move
+	IDs  []string
+	// SKUs and Qtys, for MoveRelease and MoveCommit, are the units the orders
+	// hold per SKU, SKUs in byte order: the driver locks the SKU rows in that
+	// order, then moves the counters.
+	SKUs []string
+	Qtys []int64
+	// Events are outbox rows of type Type, in order.
+	Type   string
+	Events []NewEvent
+}
+
+// NewEvent is one outbox row to write.
+type NewEvent struct {
+	ID      string // UUIDv7
+	OrderID string
+	Payload []byte // the order as the API shows it
+}
+
+// LockGroupArgs is what GroupExecutor.LockGroup takes and locks.
+type LockGroupArgs struct {
+	Now  time.Time
+	Keys []Key    // unique, in key byte order
+	IDs  []string // the group's order ids
+	SKUs []string // unique, in byte order
+}
+
+// GroupState is what a group found once it held its keys and SKU rows.
+type GroupState struct {
+	Claimed   map[string]bool  // keys this transaction took
+	Existing  map[string]bool  // order ids already taken
+	Available map[string]int64 // SKU → available units (missing: no such SKU)
+}
+
+// WriteGroupArgs is what GroupExecutor.WriteGroup writes.
+type WriteGroupArgs struct {
+	Now    time.Time
+	Orders []order.Order // accepted, items in SKU order
+	// SKUs (byte order) and Qtys are the units the accepted orders take.
+	SKUs     []string
+	Qtys     []int64
+	Effects  Effects  // reserve ledger rows and order.created events
+	GiveBack []string // keys of refused orders, freed as a rollback would
+}

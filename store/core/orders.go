@@ -1,0 +1,404 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// CreateOrder implements store.Orders. Concurrent calls are committed
+// together in groups (group.go) unless Config.CreateGroup is 1.
+func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	p.Items = store.ItemsBySKU(p.Items)
+	if s.groups != nil {
+		return s.groups.create(ctx, p)
+	}
+	return s.createOne(ctx, p)
+}
+
+// createOne creates one order in a transaction of its own.
+func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	var res store.CreateOrderResult
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		var err error
+		res, err = s.createIn(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return store.CreateOrderResult{}, fmt.Errorf("create order %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+// createIn creates one order (items in SKU order) in tx; an error leaves tx
+// to be rolled back, or rolled back to a savepoint taken before. The checks
+// come in the order Admit applies them to a group: the idempotency key, the
+// order id, then the stock of each SKU in byte order.
+func (s *Store) createIn(ctx context.Context, tx *Tx, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return store.CreateOrderResult{}, err
+	}
+	o := p.NewOrder(now)
+	if p.IdempotencyKey != "" {
+		// The key goes first: a concurrent request with the same key waits
+		// here until this transaction ends, then finds the key and replays.
+		claimed, err := tx.ClaimKey(ctx, Key{Key: p.IdempotencyKey, RequestHash: p.RequestHash, OrderID: o.ID}, now)
+		if err != nil {
+			return store.CreateOrderResult{}, fmt.Errorf("idempotency key: %w", err)
+		}
+		if !claimed {
+			return s.replayKey(ctx, tx, p)
+		}
+	}
+	if err := tx.InsertOrder(ctx, o); err != nil {
+		if errors.Is(err, store.ErrOrderExists) {
+			return store.CreateOrderResult{}, err
+		}
+		return store.CreateOrderResult{}, fmt.Errorf("insert order: %w", err)
+	}
+	for _, it := range o.Items {
+		ok, err := tx.ReserveSKU(ctx, it.SKU, it.Qty, now)
+		if err != nil {
+			return store.CreateOrderResult{}, fmt.Errorf("reserve %s: %w", it.SKU, err)
+		}
+		if !ok {
+			return store.CreateOrderResult{}, shortOf(it.SKU)
+		}
+	}
+	if err := s.effects(ctx, tx, now, MoveReserve, order.EventCreated, o); err != nil {
+		return store.CreateOrderResult{}, err
+	}
+	return store.CreateOrderResult{Order: o}, nil
+}
+
+// replayKey answers a create whose idempotency key another request took:
+// that request's order, or ErrIdempotencyMismatch for a different request.
+func (s *Store) replayKey(ctx context.Context, tx *Tx, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	hash, id, err := tx.KeyOwner(ctx, p.IdempotencyKey)
+	if err != nil {
+		return store.CreateOrderResult{}, fmt.Errorf("idempotency key: %w", err)
+	}
+	if hash != p.RequestHash {
+		return store.CreateOrderResult{}, store.ErrIdempotencyMismatch
+	}
+	existing, err := getOrder(ctx, tx, id)
+	if err != nil {
+		return store.CreateOrderResult{}, fmt.Errorf("load order %s of idempotency key: %w", id, err)
+	}
+	return store.CreateOrderResult{Order: existing, Replayed: true}, nil
+}
+
+// shortOf is the refusal of an order for want of sku.
+func shortOf(sku string) error {
+	return fmt.Errorf("%w: sku %q", store.ErrInsufficientStock, sku)
+}
+
+// getOrder reads one order, or store.ErrNotFound.
+func getOrder(ctx context.Context, e Executor, id string) (order.Order, error) {
+	os, err := e.Orders(ctx, []string{id})
+	if err != nil {
+		return order.Order{}, err
+	}
+	if len(os) == 0 {
+		return order.Order{}, store.ErrNotFound
+	}
+	return os[0], nil
+}
+
+// GetOrder implements store.Orders.
+func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
+	o, err := getOrder(ctx, s.d, id)
+	if err != nil {
+		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// ListOrders implements store.Orders.
+func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store.ListOrdersResult, error) {
+	a := ListArgs{Status: p.Status, First: true, Limit: p.Limit}
+	if a.Limit <= 0 {
+		a.Limit = 50
+	}
+	if p.Cursor != "" {
+		c, id, err := store.DecodeCursor(p.Cursor)
+		if err != nil {
+			return store.ListOrdersResult{}, err
+		}
+		a.First, a.AfterCreated, a.AfterID = false, c, id
+	}
+	limit := a.Limit
+	a.Limit++ // one more tells whether another page follows
+	os, err := s.d.ListOrders(ctx, a)
+	if err != nil {
+		return store.ListOrdersResult{}, fmt.Errorf("list orders: %w", err)
+	}
+	return store.Page(os, limit), nil
+}
+
+// StartPayment implements store.Orders.
+func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error) {
+	var o order.Order
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			var ok bool
+			if o, ok, err = tx.StartPayment(ctx, id, now); err != nil || ok {
+				return err
+			}
+			// The update matched nothing: say why, from the row as it is
+			// now, held so that a second UPDATE cannot lose again.
+			if o, err = tx.LockOrder(ctx, id); err != nil {
+				return err
+			}
+			if err := explainStartMiss(o, now); !errors.Is(err, errTryAgain) {
+				return err
+			}
+		}
+		return fmt.Errorf("order changed while locked")
+	})
+	if err != nil {
+		return o, fmt.Errorf("start payment %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// seen records a callback id and reports whether it was applied before (a
+// replay: the transaction then changes nothing). A report without a
+// callback id (learnt by a gateway query) is never a replay.
+func (s *Store) seen(ctx context.Context, tx *Tx, p store.PaymentParams) (bool, error) {
+	if p.CallbackID == "" {
+		return false, nil
+	}
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return false, err
+	}
+	first, err := tx.SeeCallback(ctx, p.CallbackID, p.OrderID, now, now.Add(-store.CallbackMemory))
+	if err != nil {
+		return false, fmt.Errorf("record callback id: %w", err)
+	}
+	return !first, nil
+}
+
+// replay answers a replayed callback with the order as it is.
+func replay(ctx context.Context, tx *Tx, p store.PaymentParams) (store.PaymentResult, error) {
+	o, err := getOrder(ctx, tx, p.OrderID)
+	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+}
+
+// CompletePayment implements store.Orders.
+func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
+	var res store.PaymentResult
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		res = store.PaymentResult{}
+		if seen, err := s.seen(ctx, tx, p); err != nil || seen {
+			if err == nil {
+				res, err = replay(ctx, tx, p)
+			}
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if o, ok, err := tx.MarkPaid(ctx, p, now); err != nil || ok {
+			if err == nil {
+				res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
+				err = s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o)
+			}
+			return err
+		}
+		// PAID and CANCELLED are final, so what follows sees a settled status.
+		if o, ok, err := tx.FlagRefund(ctx, p, now); err != nil || ok {
+			if err == nil {
+				res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
+				err = s.effects(ctx, tx, now, MoveNone, order.EventRefundRequired, o)
+			}
+			return err
+		}
+		o, err := getOrder(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+		if o.AmountCents != p.AmountCents {
+			return store.ErrAmountMismatch
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
+	}
+	return res, nil
+}
+
+// FailPayment implements store.Orders. Without a callback id it reads no clock.
+func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
+	var res store.PaymentResult
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		res = store.PaymentResult{}
+		if seen, err := s.seen(ctx, tx, p); err != nil || seen {
+			if err == nil {
+				res, err = replay(ctx, tx, p)
+			}
+			return err
+		}
+		o, ok, err := tx.FailPayment(ctx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
+			return nil
+		}
+		o, err = getOrder(ctx, tx, p.OrderID)
+		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("fail payment of %s: %w", p.OrderID, err)
+	}
+	return res, nil
+}
+
+// CancelOrder implements store.Orders.
+func (s *Store) CancelOrder(ctx context.Context, id string) (order.Order, error) {
+	var o order.Order
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			var ok bool
+			if o, ok, err = tx.BuyerCancel(ctx, id, now); err != nil {
+				return err
+			}
+			if ok {
+				return s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o)
+			}
+			if o, err = tx.LockOrder(ctx, id); err != nil {
+				return err
+			}
+			if o.Status != order.Pending {
+				return store.ErrNotPending
+			}
+			// PENDING again (a failed payment put it back after the UPDATE
+			// looked): locked now, so the next UPDATE decides.
+		}
+		return fmt.Errorf("order changed while locked")
+	})
+	if err != nil {
+		return o, fmt.Errorf("cancel order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// CancelDue implements store.Orders: one transaction per batch, one UPDATE
+// deciding which orders it cancels, then the ledger, counters and events of
+// exactly those orders, set-based.
+func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
+	if len(p.IDs) == 0 && p.Claim <= 0 {
+		return store.CancelDueResult{}, nil
+	}
+	ids := unique(p.IDs)
+	sorted := slices.Sorted(slices.Values(ids)) // the lock order of the batch
+	var res store.CancelDueResult
+	err := s.withTx(ctx, TxOptions{Urgent: true}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		res = store.CancelDueResult{Now: now} // fresh on every retry
+		var done []order.Order
+		if len(ids) > 0 {
+			done, err = tx.CancelDue(ctx, CancelArgs{IDs: sorted, Now: now, SkipAttempted: p.SkipAttempted, Confirmed: p.Confirmed})
+		} else {
+			done, err = tx.ClaimDue(ctx, ClaimArgs{Now: now, DueBy: dueBy(now, p.Lag), Limit: p.Claim, SkipAttempted: p.SkipAttempted})
+		}
+		if err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+		if err := s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, done...); err != nil {
+			return err
+		}
+		res.Cancelled = cancelledRows(done)
+		rest := notIn(ids, done)
+		if len(rest) == 0 {
+			return nil
+		}
+		others, err := tx.Orders(ctx, rest)
+		if err != nil {
+			return fmt.Errorf("read skipped: %w", err)
+		}
+		res.Skipped = skippedRows(rest, others)
+		return nil
+	})
+	if err != nil {
+		if len(p.IDs) == 0 {
+			return store.CancelDueResult{}, fmt.Errorf("cancel due claim of %d: %w", p.Claim, err)
+		}
+		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
+	}
+	return res, nil
+}
+
+// dueBy is the latest cancel_after a claim with lag takes: now - lag, and
+// never later than now, whatever lag says — a timer may fire early, an
+// order is never cancelled before its cancel_after.
+func dueBy(now time.Time, lag time.Duration) time.Time {
+	return now.Add(-max(lag, 0))
+}
+
+// PaymentChecks implements store.Orders.
+func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]store.Deadline, error) {
+	now, err := s.nowOn(ctx, s.d)
+	if err != nil {
+		return nil, fmt.Errorf("payment checks: %w", err)
+	}
+	out, err := s.d.PaymentChecks(ctx, dueBy(now, lag), limit)
+	if err != nil {
+		return nil, fmt.Errorf("payment checks: %w", err)
+	}
+	return out, nil
+}
+
+// NextDeadline implements store.Orders.
+func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	t, ok, err := s.d.NextDeadline(ctx)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
+	}
+	return t, ok, nil
+}
+
+// PendingDeadlines implements store.Orders.
+func (s *Store) PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error) {
+	out, err := s.d.PendingDeadlines(ctx, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending deadlines: %w", err)
+	}
+	return out, nil
+}
+
+// CountStuck implements store.Orders.
+func (s *Store) CountStuck(ctx context.Context) (int64, error) {
+	now, err := s.nowOn(ctx, s.d)
+	if err == nil {
+		var n int64
+		if n, err = s.d.CountStuck(ctx, now); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("count stuck payments: %w", err)
+}
