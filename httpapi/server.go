@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -84,10 +85,40 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 		_, _ = w.Write(OpenAPI)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Registry(), promhttp.HandlerOpts{}))
+	// Every request no route takes ends here, whatever its method: with the
+	// method-less "/" pattern registered, ServeMux never answers 405 itself
+	// (and its own 404 and 405 are plain text, not the error envelope).
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: r.Method + " " + r.URL.Path + " is not a route of this API"}
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+				Message: echo(r.Method) + " is not allowed on " + echo(r.URL.Path) + "; allowed: " + strings.Join(allow, ", ")}
+		}
+		return &apiError{Status: http.StatusNotFound, Code: "not_found",
+			Message: echo(r.Method) + " " + echo(r.URL.Path) + " is not a route of this API"}
 	}))
 	return mux
+}
+
+// probeMethods are the methods a 405's Allow header may name.
+var probeMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions,
+}
+
+// allowedMethods asks the mux which methods it routes for r's path to a
+// handler other than the catch-all, so the Allow header can never disagree
+// with the routes actually registered.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // handle adapts a handler that returns an error, writing the error body.
@@ -152,7 +183,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = &apiError{http.StatusInternalServerError, "internal", "internal error; see the server log"}
 	}
-	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": ae.Message}})
+	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": clipMessage(ae.Message)}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {

@@ -1497,13 +1497,122 @@ func TestHealthAndRouting(t *testing.T) {
 		{"GET", "/nope"},
 		{"GET", "/v1/nope"},
 		{"GET", "/v2/orders"},
-		{"DELETE", "/v1/orders/x"},
-		{"GET", "/v1/payments/notify"},
 		{"POST", "/v1/orders/x/refund"},
-		{"POST", "/healthz"},
+		{"GET", "/v1/orders/x/y"},
+		{"DELETE", "/v1/nope"},
 	} {
 		t.Run(c.method+" "+c.path+" is 404 JSON", func(t *testing.T) {
-			wantError(t, e.do(t, c.method, c.path, nil), http.StatusNotFound, "not_found")
+			r := e.do(t, c.method, c.path, nil)
+			wantError(t, r, http.StatusNotFound, "not_found")
+			if a := r.Header.Get("Allow"); a != "" {
+				t.Errorf("a 404 has Allow %q", a)
+			}
+		})
+	}
+}
+
+// A known path with a method it does not take is a 405 that says which
+// methods it does take, in the error envelope like every other error.
+func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	for name, token := range map[string]string{"without a token": "", "with a token": "tok-405"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envConfig{Grace: time.Hour, APIToken: token})
+			for _, c := range []struct{ method, path, allow string }{
+				{"DELETE", "/v1/orders/x", "GET, HEAD"},
+				{"PUT", "/v1/orders/x", "GET, HEAD"},
+				{"PATCH", "/v1/orders", "GET, HEAD, POST"},
+				{"OPTIONS", "/v1/orders", "GET, HEAD, POST"},
+				{"GET", "/v1/orders/x/pay", "POST"},
+				{"DELETE", "/v1/orders/x/cancel", "POST"},
+				{"GET", "/v1/payments/notify", "POST"},
+				{"PUT", "/v1/payments/notify", "POST"},
+				{"DELETE", "/v1/skus/a", "GET, HEAD, PUT"},
+				{"POST", "/v1/skus/a", "GET, HEAD, PUT"},
+				{"POST", "/healthz", "GET, HEAD"},
+				{"DELETE", "/readyz", "GET, HEAD"},
+				{"PUT", "/metrics", "GET, HEAD"},
+				{"POST", "/openapi.yaml", "GET, HEAD"},
+			} {
+				t.Run(c.method+" "+c.path, func(t *testing.T) {
+					r := e.do(t, c.method, c.path, nil)
+					wantError(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+					if got := r.Header.Get("Allow"); got != c.allow {
+						t.Errorf("Allow %q, want %q", got, c.allow)
+					}
+				})
+			}
+		})
+	}
+}
+
+// An error message quotes at most a little of the request: a megabyte key,
+// path, method or value is not reflected back.
+func TestErrorMessagesEchoLittle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	long := strings.Repeat("Z", 5000)
+	digits := strings.Repeat("9", 5000)
+	const ok = `"items":[{"sku":"a","qty":1}],"amount_cents":1`
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code, run                string
+	}{
+		{"a long unknown path", "GET", "/v1/" + long, "", 404, "not_found", long},
+		{"a long method", long, "/v1/orders", "", 405, "method_not_allowed", long},
+		{"a long unknown key", "POST", "/v1/orders", `{` + ok + `,"` + long + `":1}`, 400, "invalid_field", long},
+		{"a long unknown item key", "POST", "/v1/orders", `{"items":[{"sku":"a","qty":1,"` + long + `":1}],"amount_cents":1}`, 400, "invalid_field", long},
+		{"a long duplicate key", "PUT", "/v1/skus/a", `{"` + long + `":1,"` + long + `":2}`, 400, "invalid_field", long},
+		{"a long number", "POST", "/v1/orders", `{"items":[{"sku":"a","qty":` + digits + `}],"amount_cents":1}`, 400, "invalid_field", digits},
+		{"a long currency", "POST", "/v1/orders", `{` + ok + `,"currency":"` + long + `"}`, 400, "invalid_field", long},
+		{"a long status", "GET", "/v1/orders?status=" + long, "", 400, "invalid_field", long},
+		{"a long order id", "POST", "/v1/orders", `{"id":"` + long + `",` + ok + `}`, 400, "invalid_field", long},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			r := e.do(t, c.method, c.path, body)
+			wantError(t, r, c.status, c.code)
+			var b struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			if err := json.Unmarshal(r.Body, &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Error.Message) > 200 || strings.Contains(b.Error.Message, c.run[:201]) {
+				t.Errorf("the message is %d bytes and repeats the input: %.300s", len(b.Error.Message), b.Error.Message)
+			}
+		})
+	}
+}
+
+// A JSON type error names the field by its full path, array index included:
+// "items.qty" would not say which item.
+func TestTypeErrorsNameTheIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	e.setStock(t, "b", 10)
+	for _, c := range []struct{ body, want string }{
+		{`{"items":[{"sku":"a","qty":"1"}],"amount_cents":1}`, "items[0].qty: want an integer, got a string"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":"b","qty":1.5}],"amount_cents":1}`, "items[1].qty: want an integer, got the number 1.5"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":7,"qty":1}],"amount_cents":1}`, "items[1].sku: want a string, got the number 7"},
+		{`{"items":[{"sku":"a","qty":1},["b"]],"amount_cents":1}`, "items[1]: want an object, got an array"},
+		{`{"items":{"sku":"a","qty":1},"amount_cents":1}`, "items: want an array, got an object"},
+		{`{"items":[{"sku":"a","qty":1}],"amount_cents":"1"}`, "amount_cents: want an integer, got a string"},
+		{`{"items":[{"sku":"a","qty":1}],"amount_cents":1,"timeout_seconds":true}`, "timeout_seconds: want a number, got true or false"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/orders", c.body)
+			wantError(t, r, http.StatusBadRequest, "invalid_field")
+			if !bytes.Contains(r.Body, []byte(`"message":"`+c.want)) {
+				t.Errorf("message %s, want it to start %q", r.Body, c.want)
+			}
 		})
 	}
 }
