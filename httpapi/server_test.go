@@ -110,9 +110,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if cfg.NoSecrets {
 		secrets = nil
 	}
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{
+	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{
 		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now()}
 	if len(secrets) > 0 {
@@ -1633,7 +1633,7 @@ func TestStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{Logger: discard}))
+	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{Logger: discard})))
 	t.Cleanup(srv.Close)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
