@@ -5,12 +5,11 @@
 package httpapi
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -277,7 +276,13 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := payment.Verify(r.Header.Get(payment.SignatureHeader), body, s.opts.CallbackSecrets, s.opts.Now(), s.opts.SignatureTolerance); err != nil {
+	v, err := payment.VerifyCallback(r.Header.Get(payment.SignatureHeader), body, s.opts.CallbackSecrets, s.opts.Now(), s.opts.SignatureTolerance)
+	if n := len(r.Header.Values(payment.SignatureHeader)); err == nil && n > 1 {
+		// One message, one header: which of several is "the" signature
+		// would be a guess, and a second header is one more spelling.
+		err = fmt.Errorf("%w: %d %s headers", payment.ErrMalformed, n, payment.SignatureHeader)
+	}
+	if err != nil {
 		if errors.Is(err, payment.ErrNoSecret) {
 			return &apiError{http.StatusUnauthorized, "callbacks_disabled",
 				"no callback secret is configured; start lapse with --callback-secret or LAPSE_CALLBACK_SECRET"}
@@ -289,10 +294,11 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// The signed message's digest: a replay of it inside the signature's
-	// window is recognised by the store and changes nothing.
-	digest := sha256.Sum256(append([]byte(r.Header.Get(payment.SignatureHeader)+"\n"), body...))
-	n.CallbackID = hex.EncodeToString(digest[:])
+	// The replay key is what the signature vouched for — the signed
+	// timestamp and the body — never the header's text: the same message
+	// sent again under another valid spelling (one more v1 during a secret
+	// rotation) is recognised by the store and changes nothing.
+	n.CallbackID = v.ID
 	res, err := s.svc.Notify(r.Context(), n)
 	if err != nil {
 		return err

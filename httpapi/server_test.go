@@ -1382,6 +1382,90 @@ func TestNotifySignature(t *testing.T) {
 	})
 }
 
+// A captured callback sent again is a replay however its signature header is
+// spelled: every other spelling of the same signature is refused, and a
+// valid one (one more v1 from the rotation's second secret, the v1s in
+// another order) is recognised as the same message and changes nothing.
+// Before, the replay key was the header's text and the parser took many
+// spellings of one signature, so a FAILED callback re-sent with its hex
+// upper-cased moved a PAYING order back to PENDING a second time.
+func TestNotifyReplayRespelled(t *testing.T) {
+	t.Parallel()
+	current, previous := []byte("whsec_new"), []byte("whsec_old")
+	e := newEnv(t, envConfig{Grace: time.Hour, Secrets: [][]byte{current, previous}})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "rs-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", nil), http.StatusOK)
+	body, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p-rs", Status: "FAILED", AmountCents: 5})
+	at := time.Now()
+	captured := payment.Sign(current, at, body)
+	ts, sig, _ := strings.Cut(captured, ",v1=")
+	_, prevSig, _ := strings.Cut(payment.Sign(previous, at, body), ",v1=")
+	if got := wantNotify(t, e.notify(t, body, captured), "failed"); got.PaymentAttempts != 1 {
+		t.Fatalf("first FAILED: attempts %d", got.PaymentAttempts)
+	}
+	// The buyer pays again. A replayed FAILED taken for a new one would now
+	// move the order back to PENDING and count a second attempt.
+	paying := wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", nil), http.StatusOK)
+
+	for name, h := range map[string]string{
+		"hex upper-case":           ts + ",v1=" + strings.ToUpper(sig),
+		"the same v1 twice":        captured + ",v1=" + sig,
+		"an unknown pair":          captured + ",x=1",
+		"t twice":                  ts + "," + ts + ",v1=" + sig,
+		"a space after the comma":  ts + ", v1=" + sig,
+		"v1 before t":              "v1=" + sig + "," + ts,
+		"t with a leading zero":    "t=0" + strings.TrimPrefix(ts, "t=") + ",v1=" + sig,
+		"a v0 beside the v1":       ts + ",v0=" + sig + ",v1=" + sig,
+		"a space before the comma": ts + " ,v1=" + sig,
+	} {
+		t.Run(name+" is 401 and changes nothing", func(t *testing.T) {
+			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+			wantError(t, e.notify(t, body, h), http.StatusUnauthorized, "invalid_signature")
+			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+		})
+	}
+	t.Run("two signature headers are 401 and change nothing", func(t *testing.T) {
+		snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+		req, err := http.NewRequest("POST", e.url+"/v1/payments/notify", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Add(payment.SignatureHeader, captured)
+		req.Header.Add(payment.SignatureHeader, ts+",v1="+prevSig)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		wantError(t, response{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusUnauthorized, "invalid_signature")
+		wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+	})
+	for name, h := range map[string]string{
+		"the captured header":                captured,
+		"an extra v1 from the second secret": captured + ",v1=" + prevSig,
+		"the two v1 the other way round":     ts + ",v1=" + prevSig + ",v1=" + sig,
+		"signed with the second secret only": ts + ",v1=" + prevSig,
+	} {
+		t.Run(name+" is replayed and changes nothing", func(t *testing.T) {
+			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+			got := wantNotify(t, e.notify(t, body, h), "replayed")
+			if got.Status != order.Paying || got.PaymentAttempts != 1 || got.Version != paying.Version {
+				t.Errorf("after a replay: %s, attempts %d, v%d; want PAYING, 1, v%d", got.Status, got.PaymentAttempts, got.Version, paying.Version)
+			}
+			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+		})
+	}
+	t.Run("the same body under a new timestamp is a new message", func(t *testing.T) {
+		got := wantNotify(t, e.notify(t, body, payment.Sign(current, at.Add(-time.Second), body)), "failed")
+		if got.Status != order.Pending || got.PaymentAttempts != 2 {
+			t.Errorf("a new FAILED: %s, attempts %d; want PENDING, 2", got.Status, got.PaymentAttempts)
+		}
+	})
+}
+
 func flipHex(s string) string {
 	b := []byte(s)
 	if b[0] == '0' {
