@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
@@ -134,9 +135,9 @@ func (s *server) authed(next http.Handler) http.Handler {
 	if s.opts.APIToken == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.opts.APIToken)
+	want := sha256.Sum256([]byte(s.opts.APIToken))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if !bearerMatches(r.Header.Get("Authorization"), want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="lapse"`)
 			s.writeError(w, r, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 				Message: "missing or wrong Authorization: Bearer token"})
@@ -144,6 +145,21 @@ func (s *server) authed(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerMatches reports whether header is "Bearer <token>" for the token
+// whose SHA-256 is want. The scheme is case-insensitive (RFC 9110 §11.1:
+// "bearer t" is the same credential). The tokens are compared as digests,
+// which always have the same length: subtle.ConstantTimeCompare returns at
+// once when lengths differ, so comparing the tokens themselves would let the
+// answer's timing tell the token's length.
+func bearerMatches(header string, want [sha256.Size]byte) bool {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimLeft(token, " ")))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // writeError maps errors to statuses and stable codes.

@@ -1787,6 +1787,15 @@ func TestAuth(t *testing.T) {
 		wantError(t, e.do(t, "GET", "/v1/orders/nope", nil), http.StatusNotFound, "order_not_found")
 		e.get(t, "au-1")
 	})
+	t.Run("the scheme is case-insensitive", func(t *testing.T) {
+		// RFC 9110 §11.1: an auth-scheme is a case-insensitive token.
+		for _, h := range []string{"bearer " + token, "BEARER " + token, "BeArEr " + token, "Bearer  " + token} {
+			wantOrder(t, e.do(t, "GET", "/v1/orders/au-1", nil, "Authorization", h), http.StatusOK)
+		}
+		for _, h := range []string{"Bearer" + token, "bearer " + strings.ToUpper(token), "Bearer\t" + token, "Bear " + token} {
+			wantError(t, e.do(t, "GET", "/v1/orders/au-1", nil, "Authorization", h), http.StatusUnauthorized, "unauthorized")
+		}
+	})
 	t.Run("the payment callback needs no token", func(t *testing.T) {
 		body, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p", Status: "SUCCEEDED", AmountCents: 5})
 		r := e.do(t, "POST", "/v1/payments/notify", body,
