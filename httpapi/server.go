@@ -30,6 +30,9 @@ import (
 type Options struct {
 	// APIToken, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 route except the payment callback (which is signed instead).
+	// Without one, every route refuses a request whose Host is not the
+	// address it arrived at (or localhost at that port) or whose Origin is
+	// another site's, with 403 foreign_origin: see guard.go.
 	APIToken string
 	// CallbackSecrets verify the payment callback's signature; two may be
 	// given while a secret is rotated. With none, every callback is refused.
@@ -65,17 +68,18 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	}
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
 	mux := http.NewServeMux()
-	v1 := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
-		mux.Handle(pattern, s.authed(s.handle(h)))
+	const takesBody, noBody = true, false
+	v1 := func(pattern string, body bool, h func(w http.ResponseWriter, r *http.Request) error) {
+		mux.Handle(pattern, s.authed(s.handle(jsonBody(body, h))))
 	}
-	v1("POST /v1/orders", s.createOrder)
-	v1("GET /v1/orders", s.listOrders)
-	v1("GET /v1/orders/{id}", s.getOrder)
-	v1("POST /v1/orders/{id}/pay", s.pay)
-	v1("POST /v1/orders/{id}/cancel", s.cancel)
-	v1("PUT /v1/skus/{sku}", s.setStock)
-	v1("GET /v1/skus/{sku}", s.getSKU)
-	mux.Handle("POST /v1/payments/notify", s.handle(s.notify))
+	v1("POST /v1/orders", takesBody, s.createOrder)
+	v1("GET /v1/orders", noBody, s.listOrders)
+	v1("GET /v1/orders/{id}", noBody, s.getOrder)
+	v1("POST /v1/orders/{id}/pay", noBody, s.pay)
+	v1("POST /v1/orders/{id}/cancel", noBody, s.cancel)
+	v1("PUT /v1/skus/{sku}", takesBody, s.setStock)
+	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
+	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
@@ -97,7 +101,25 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 		return &apiError{Status: http.StatusNotFound, Code: "not_found",
 			Message: echo(r.Method) + " " + echo(r.URL.Path) + " is not a route of this API"}
 	}))
+	if opts.APIToken == "" {
+		return s.sameOrigin(mux)
+	}
 	return mux
+}
+
+// jsonBody makes h refuse with 415 a body not declared application/json:
+// always for a route that takes a body, else only when the request carries
+// one (such a route has no use for it, and a cross-site form would carry
+// one). See guard.go for why.
+func jsonBody(required bool, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if required || hasBody(r) {
+			if err := requireJSON(r); err != nil {
+				return err
+			}
+		}
+		return h(w, r)
+	}
 }
 
 // probeMethods are the methods a 405's Allow header may name.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -147,7 +148,9 @@ type response struct {
 }
 
 // do sends a request. body is sent as is if it is a string or []byte, and as
-// JSON otherwise (nil: no body). hdr is header name, value pairs.
+// JSON otherwise (nil: no body); a body goes with Content-Type:
+// application/json. hdr is header name, value pairs (an empty value removes
+// the header; "Host" sets the request's Host).
 func (e *env) do(t *testing.T, method, path string, body any, hdr ...string) response {
 	t.Helper()
 	var rd io.Reader
@@ -175,6 +178,10 @@ func (e *env) do(t *testing.T, method, path string, body any, hdr ...string) res
 		req.Header.Set("Authorization", "Bearer "+e.token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1] // the Host header is the request's Host field
+			continue
+		}
 		if hdr[i+1] == "" {
 			req.Header.Del(hdr[i])
 		} else {
@@ -1699,6 +1706,115 @@ func TestTypeErrorsNameTheIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request body must be declared JSON: a browser's cross-site form or
+// fetch can send text/plain, form and multipart bodies without asking first,
+// never application/json.
+func TestContentType(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "ct-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	create := `{"items":[{"sku":"a","qty":1}],"amount_cents":1}`
+	notify, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p", Status: "SUCCEEDED", AmountCents: 5})
+	before := e.snapshot(t, []string{o.ID}, []string{"a"})
+	for _, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x", "application/json; charset=latin1", "application/jsonx", "json", "application/*"} {
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/v1/orders", create},
+			{"PUT", "/v1/skus/a", `{"available":0}`},
+			{"POST", "/v1/orders/ct-1/pay", `{}`},
+			{"POST", "/v1/orders/ct-1/cancel", `x=1`},
+		} {
+			t.Run(c.method+" "+c.path+" with Content-Type "+ct, func(t *testing.T) {
+				wantError(t, e.do(t, c.method, c.path, c.body, "Content-Type", ct), http.StatusUnsupportedMediaType, "unsupported_media_type")
+			})
+		}
+		t.Run("a signed callback with Content-Type "+ct, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/payments/notify", notify, "Content-Type", ct,
+				payment.SignatureHeader, payment.Sign(testSecret, time.Now(), notify))
+			wantError(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+		})
+	}
+	t.Run("a route that takes a body needs the type even for an empty one", func(t *testing.T) {
+		wantError(t, e.do(t, "POST", "/v1/orders", nil), http.StatusUnsupportedMediaType, "unsupported_media_type")
+	})
+	wantUnchanged(t, before, e.snapshot(t, []string{o.ID}, []string{"a"}))
+
+	t.Run("JSON in any spelling of its media type is accepted", func(t *testing.T) {
+		for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON; charset=UTF-8"} {
+			e.create(t, createReq{ID: fmt.Sprintf("ct-ok-%d", i), Items: []item{{"a", 1}}, AmountCents: 1}, "Content-Type", ct)
+		}
+	})
+	t.Run("a route without a body needs no Content-Type", func(t *testing.T) {
+		wantOrder(t, e.do(t, "POST", "/v1/orders/ct-1/pay", nil), http.StatusOK)
+	})
+}
+
+// Without an API token, lapse answers only requests addressed to it: a page
+// of another site cannot drive it from the buyer's browser, by posting to it
+// (a foreign Origin) or by re-pointing its own host name at 127.0.0.1 and
+// reading the answers (DNS rebinding: a foreign Host).
+func TestForeignOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "fo-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	other := strconv.Itoa(func() int { p, _ := strconv.Atoi(port); return p%60000 + 1 }())
+	routes := []struct{ method, path string }{
+		{"GET", "/v1/orders"},
+		{"GET", "/v1/orders/fo-1"},
+		{"POST", "/v1/orders/fo-1/cancel"},
+		{"GET", "/metrics"},
+		{"GET", "/nope"},
+	}
+	before := e.snapshot(t, []string{o.ID}, []string{"a"})
+	for _, h := range [][]string{
+		{"Host", "evil.example:" + port},
+		{"Host", "evil.example"},
+		{"Host", "127.0.0.1:" + other},
+		{"Host", "127.0.0.1"},
+		{"Host", "localhost.:" + port},
+		{"Host", "127.0.0.1.evil.example:" + port},
+		{"Origin", "http://evil.example"},
+		{"Origin", "http://evil.example:" + port},
+		{"Origin", "null"},
+		{"Origin", "https://127.0.0.1:" + port},
+		{"Origin", "http://127.0.0.1:" + other},
+		{"Origin", "http://127.0.0.1:" + port + "/path"},
+		{"Origin", "garbage"},
+	} {
+		for _, rt := range routes {
+			t.Run(rt.method+" "+rt.path+" with "+h[0]+" "+h[1], func(t *testing.T) {
+				wantError(t, e.do(t, rt.method, rt.path, nil, h...), http.StatusForbidden, "foreign_origin")
+			})
+		}
+	}
+	wantUnchanged(t, before, e.snapshot(t, []string{o.ID}, []string{"a"}))
+
+	t.Run("its own address, localhost and its own origin pass", func(t *testing.T) {
+		for _, h := range [][]string{
+			{"Host", "127.0.0.1:" + port},
+			{"Host", "localhost:" + port},
+			{"Host", "LocalHost:" + port},
+			{"Origin", "http://127.0.0.1:" + port},
+			{"Origin", "http://localhost:" + port},
+		} {
+			wantOrder(t, e.do(t, "GET", "/v1/orders/fo-1", nil, h...), http.StatusOK)
+		}
+	})
+	t.Run("with an API token the token decides", func(t *testing.T) {
+		e := newEnv(t, envConfig{Grace: time.Hour, APIToken: "tok-fo"})
+		for _, h := range [][]string{{"Host", "lapse.internal:" + port}, {"Origin", "https://shop.example"}} {
+			wantError(t, e.do(t, "GET", "/v1/orders/nope", nil, h...), http.StatusNotFound, "order_not_found")
+		}
+	})
 }
 
 // TestStoreDown checks that store failures are 503 on /readyz and a bare 500
