@@ -102,23 +102,57 @@ func checkBody(body []byte, v any) error {
 	if err := dec.Decode(&raw); err != nil {
 		return decodeInto(body, v) // reports the syntax error with its offset
 	}
-	if err := noDuplicateKeys(body); err != nil {
+	if err := checkTokens(body); err != nil {
 		return err
 	}
 	return checkShape(raw, reflect.TypeOf(v), "")
 }
 
-// noDuplicateKeys refuses an object that names a key twice: which value
-// would win is a parser's choice, and an amount is not a thing to guess.
-func noDuplicateKeys(body []byte) error {
+// checkTokens walks body's tokens and refuses two things encoding/json lets
+// through: an object that names a key twice (which value would win is a
+// parser's choice, and an amount is not a thing to guess), and a string
+// that is not valid UTF-8 or holds a NUL. encoding/json silently turns
+// invalid UTF-8 into U+FFFD (two different bodies, one order_id) and hands
+// on "\u0000"; PostgreSQL refuses both in text, which made a 500 of what is
+// the client's error. Such a string is refused here, naming its field.
+func checkTokens(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type frame struct {
 		object bool
 		keys   map[string]bool
-		expect bool // in an object: the next string token is a key
+		key    string // object: the key of the value being read
+		expect bool   // object: the next string token is a key
+		index  int    // array: the index of the value being read
 	}
 	var stack []*frame
+	// pathOf is where the value inside stack[:n] being read sits: items[0].sku.
+	pathOf := func(n int) string {
+		var b strings.Builder
+		for _, f := range stack[:n] {
+			switch {
+			case f.object && b.Len() == 0:
+				b.WriteString(f.key)
+			case f.object:
+				b.WriteString("." + f.key)
+			default:
+				fmt.Fprintf(&b, "[%d]", f.index)
+			}
+		}
+		return b.String()
+	}
+	// valueDone moves the enclosing container past the value just read.
+	valueDone := func() {
+		if len(stack) == 0 {
+			return
+		}
+		if top := stack[len(stack)-1]; top.object {
+			top.expect = true
+		} else {
+			top.index++
+		}
+	}
 	for {
+		start := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			return nil // EOF, or a syntax error that decodeInto reports
@@ -131,32 +165,46 @@ func noDuplicateKeys(body []byte) error {
 		case json.Delim:
 			switch tk {
 			case '{':
-				if top != nil && top.object {
-					top.expect = true
-				}
 				stack = append(stack, &frame{object: true, keys: map[string]bool{}, expect: true})
 			case '[':
-				if top != nil && top.object {
-					top.expect = true
-				}
 				stack = append(stack, &frame{})
 			default:
 				stack = stack[:len(stack)-1]
+				valueDone()
 			}
 			continue
 		case string:
-			if top != nil && top.object && top.expect {
+			// The token's bytes as sent: what precedes its opening quote
+			// is white space and separators.
+			raw := body[start:dec.InputOffset()]
+			raw = raw[bytes.IndexByte(raw, '"'):]
+			isKey := top != nil && top.object && top.expect
+			code, where := "invalid_field", pathOf(len(stack))
+			switch {
+			case isKey && len(stack) == 1:
+				where = "a key"
+			case isKey:
+				where = pathOf(len(stack)-1) + ": a key"
+			case top == nil:
+				code, where = "invalid_json", "the body"
+			}
+			if !utf8.Valid(raw) {
+				return badRequest(code, "%s: not valid UTF-8", where)
+			}
+			if strings.IndexByte(tk, 0) >= 0 {
+				return badRequest(code, "%s: holds a NUL character", where)
+			}
+			if isKey {
 				if top.keys[tk] {
 					return badRequest("invalid_field", "%s appears twice in one object", echo(tk))
 				}
 				top.keys[tk] = true
+				top.key = tk
 				top.expect = false
 				continue
 			}
 		}
-		if top != nil && top.object {
-			top.expect = true // a value was read: a key comes next
-		}
+		valueDone()
 	}
 }
 

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/lapsehq/lapse/store"
 )
 
 // A browser lets any web page send requests to lapse: a form posted across
@@ -94,6 +97,51 @@ func checkOrigin(r *http.Request) error {
 			return &apiError{Status: http.StatusForbidden, Code: "foreign_origin",
 				Message: "Origin " + echo(o) + " is not this server; without an API token lapse refuses requests made by other sites' pages"}
 		}
+	}
+	return nil
+}
+
+// Text that reaches the store must be UTF-8 without NUL: PostgreSQL refuses
+// anything else in a text column or parameter, and an error there is a 500
+// for what is the client's mistake. Path ids, the Idempotency-Key and list
+// cursors are checked here, at the edge; JSON bodies in checkTokens.
+
+// plainText refuses s unless it is valid UTF-8 without a NUL.
+func plainText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return badRequest("invalid_field", "%s: not valid UTF-8", field)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return badRequest("invalid_field", "%s: holds a NUL character", field)
+	}
+	return nil
+}
+
+// pathText is r.PathValue(name), refused unless it is plain text.
+func pathText(r *http.Request, name string) (string, error) {
+	v := r.PathValue(name)
+	return v, plainText(name, v)
+}
+
+// maxCursorMillis is the end of year 9999, the last instant every store's
+// time type holds: a cursor beyond it was not written by this API.
+const maxCursorMillis = 253402300799999
+
+// checkCursor refuses a cursor this API did not write, before any store
+// sees it: one that does not decode, that is not in the one spelling
+// store.EncodeCursor gives its contents, whose time is out of range, or
+// whose id is not plain text.
+func checkCursor(c string) error {
+	if c == "" {
+		return nil
+	}
+	refuse := &apiError{Status: http.StatusBadRequest, Code: "invalid_cursor", Message: "cursor is not one this API returned"}
+	t, id, err := store.DecodeCursor(c)
+	if err != nil || store.EncodeCursor(t, id) != c {
+		return refuse
+	}
+	if ms := t.UnixMilli(); ms < 0 || ms > maxCursorMillis || plainText("cursor", id) != nil {
+		return refuse
 	}
 	return nil
 }

@@ -251,6 +251,9 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	if err := plainText("Idempotency-Key", req.IdempotencyKey); err != nil {
+		return err
+	}
 	res, err := s.svc.CreateOrder(r.Context(), req)
 	if err != nil {
 		return err
@@ -263,7 +266,11 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -273,6 +280,9 @@ func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
 func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := store.ListOrdersParams{Status: order.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	if err := checkCursor(p.Cursor); err != nil {
+		return err
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {
@@ -292,7 +302,11 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Pay(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Pay(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -300,7 +314,11 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Cancel(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Cancel(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -360,7 +378,11 @@ func (s *server) setStock(w http.ResponseWriter, r *http.Request) error {
 	if b.Available == nil {
 		return badRequest("invalid_field", "available: required")
 	}
-	sku, err := s.svc.SetStock(r.Context(), r.PathValue("sku"), *b.Available)
+	name, err := pathText(r, "sku")
+	if err != nil {
+		return err
+	}
+	sku, err := s.svc.SetStock(r.Context(), name, *b.Available)
 	if err != nil {
 		return err
 	}
@@ -368,7 +390,11 @@ func (s *server) setStock(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) getSKU(w http.ResponseWriter, r *http.Request) error {
-	sku, err := s.svc.GetSKU(r.Context(), r.PathValue("sku"))
+	name, err := pathText(r, "sku")
+	if err != nil {
+		return err
+	}
+	sku, err := s.svc.GetSKU(r.Context(), name)
 	if err != nil {
 		return err
 	}

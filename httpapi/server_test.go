@@ -52,12 +52,15 @@ type envConfig struct {
 	// Secrets verify callbacks; nil means {testSecret}. NoSecrets configures none.
 	Secrets   [][]byte
 	NoSecrets bool
+	// Postgres runs the service on PostgreSQL (LAPSE_TEST_POSTGRES, a
+	// schema of its own) instead of SQLite; the test is skipped without it.
+	Postgres bool
 }
 
 type env struct {
 	url    string
 	client *http.Client
-	st     *sqlite.Store
+	st     store.Store
 	clk    *clock.Fake
 	token  string
 	secret []byte // the secret notifySigned signs with
@@ -72,13 +75,19 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	scfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"}
-	if cfg.Clock != nil {
-		scfg.Clock = cfg.Clock
-	}
-	st, err := sqlite.Open(ctx, scfg)
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
+	var st store.Store
+	if cfg.Postgres {
+		st = openPostgres(t, cfg.Clock)
+	} else {
+		scfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"}
+		if cfg.Clock != nil {
+			scfg.Clock = cfg.Clock
+		}
+		sst, err := sqlite.Open(ctx, scfg)
+		if err != nil {
+			t.Fatalf("sqlite.Open: %v", err)
+		}
+		st = sst
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	if err := st.Migrate(ctx); err != nil {
