@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
@@ -31,44 +35,124 @@ func badRequest(code, format string, args ...any) *apiError {
 	return &apiError{Status: 400, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// maxEcho bounds how much of one input an error message quotes: enough to
+// recognise it, never a way to have a megabyte key or path reflected back
+// (into the answer, and into whatever logs keep answers).
+const maxEcho = 64
+
+// echo quotes s for an error message, cut at a character boundary so that
+// the quoted text (escapes included) is at most maxEcho bytes.
+func echo(s string) string {
+	q := strconv.Quote(s)
+	if len(q) <= maxEcho {
+		return q
+	}
+	const more = "…"
+	for cut := min(len(s), maxEcho); cut > 0; cut-- {
+		if !utf8.RuneStart(s[cut]) {
+			continue
+		}
+		if q = strconv.Quote(s[:cut]); len(q)+len(more) <= maxEcho {
+			return q + more
+		}
+	}
+	return `""` + more
+}
+
+// maxMessage bounds every error message the API writes. echo keeps the
+// messages of this package short; this also covers the ones made deeper
+// (the service's validation quotes a currency or status as it came), so no
+// answer repeats more than maxMessage bytes of its request.
+const maxMessage = 200
+
+// clipMessage cuts msg to maxMessage bytes at a character boundary.
+func clipMessage(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	const more = "…"
+	cut := maxMessage - len(more)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + more
+}
+
 // decodeStrict decodes one JSON object into v: unknown fields, trailing data
-// and type mismatches are 400s that name the field. Field names must match
-// exactly: encoding/json alone would take "AMOUNT_CENTS" for amount_cents,
-// and a body holding both would silently use the last one.
+// and type mismatches are 400s that name the field by its full path, array
+// indexes included (items[1].qty). Field names must match exactly:
+// encoding/json alone would take "AMOUNT_CENTS" for amount_cents, and a body
+// holding both would silently use the last one.
 func decodeStrict(body []byte, v any) error {
-	if err := exactKeys(body, v); err != nil {
+	if err := checkBody(body, v); err != nil {
 		return err
 	}
 	return decodeInto(body, v)
 }
 
-// exactKeys checks every object key of body against the json tags of v's
-// struct type (nested objects and arrays of objects included), exactly and
-// without duplicates.
-func exactKeys(body []byte, v any) error {
+// checkBody checks body against the json tags and field types of v's struct
+// type (nested objects and arrays of objects included): every key exactly
+// and once, every value of the kind its field takes. encoding/json reports a
+// type error with a path that has no array index ("items.qty": which item?),
+// so the types are checked here, where the path is known.
+func checkBody(body []byte, v any) error {
 	var raw any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
 		return decodeInto(body, v) // reports the syntax error with its offset
 	}
-	if err := noDuplicateKeys(body); err != nil {
+	if err := checkTokens(body); err != nil {
 		return err
 	}
-	return checkKeys(raw, reflect.TypeOf(v), "")
+	return checkShape(raw, reflect.TypeOf(v), "")
 }
 
-// noDuplicateKeys refuses an object that names a key twice: which value
-// would win is a parser's choice, and an amount is not a thing to guess.
-func noDuplicateKeys(body []byte) error {
+// checkTokens walks body's tokens and refuses two things encoding/json lets
+// through: an object that names a key twice (which value would win is a
+// parser's choice, and an amount is not a thing to guess), and a string
+// that is not valid UTF-8 or holds a NUL. encoding/json silently turns
+// invalid UTF-8 into U+FFFD (two different bodies, one order_id) and hands
+// on "\u0000"; PostgreSQL refuses both in text, which made a 500 of what is
+// the client's error. Such a string is refused here, naming its field.
+func checkTokens(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type frame struct {
 		object bool
 		keys   map[string]bool
-		expect bool // in an object: the next string token is a key
+		key    string // object: the key of the value being read
+		expect bool   // object: the next string token is a key
+		index  int    // array: the index of the value being read
 	}
 	var stack []*frame
+	// pathOf is where the value inside stack[:n] being read sits: items[0].sku.
+	pathOf := func(n int) string {
+		var b strings.Builder
+		for _, f := range stack[:n] {
+			switch {
+			case f.object && b.Len() == 0:
+				b.WriteString(f.key)
+			case f.object:
+				b.WriteString("." + f.key)
+			default:
+				fmt.Fprintf(&b, "[%d]", f.index)
+			}
+		}
+		return b.String()
+	}
+	// valueDone moves the enclosing container past the value just read.
+	valueDone := func() {
+		if len(stack) == 0 {
+			return
+		}
+		if top := stack[len(stack)-1]; top.object {
+			top.expect = true
+		} else {
+			top.index++
+		}
+	}
 	for {
+		start := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			return nil // EOF, or a syntax error that decodeInto reports
@@ -81,43 +165,71 @@ func noDuplicateKeys(body []byte) error {
 		case json.Delim:
 			switch tk {
 			case '{':
-				if top != nil && top.object {
-					top.expect = true
-				}
 				stack = append(stack, &frame{object: true, keys: map[string]bool{}, expect: true})
 			case '[':
-				if top != nil && top.object {
-					top.expect = true
-				}
 				stack = append(stack, &frame{})
 			default:
 				stack = stack[:len(stack)-1]
+				valueDone()
 			}
 			continue
 		case string:
-			if top != nil && top.object && top.expect {
+			// The token's bytes as sent: what precedes its opening quote
+			// is white space and separators.
+			raw := body[start:dec.InputOffset()]
+			raw = raw[bytes.IndexByte(raw, '"'):]
+			isKey := top != nil && top.object && top.expect
+			code, where := "invalid_field", pathOf(len(stack))
+			switch {
+			case isKey && len(stack) == 1:
+				where = "a key"
+			case isKey:
+				where = pathOf(len(stack)-1) + ": a key"
+			case top == nil:
+				code, where = "invalid_json", "the body"
+			}
+			if !utf8.Valid(raw) {
+				return badRequest(code, "%s: not valid UTF-8", where)
+			}
+			if strings.IndexByte(tk, 0) >= 0 {
+				return badRequest(code, "%s: holds a NUL character", where)
+			}
+			if isKey {
 				if top.keys[tk] {
-					return badRequest("invalid_field", "%q appears twice in one object", tk)
+					return badRequest("invalid_field", "%s appears twice in one object", echo(tk))
 				}
 				top.keys[tk] = true
+				top.key = tk
 				top.expect = false
 				continue
 			}
 		}
-		if top != nil && top.object {
-			top.expect = true // a value was read: a key comes next
-		}
+		valueDone()
 	}
 }
 
-func checkKeys(raw any, t reflect.Type, path string) error {
+// checkShape checks raw (decoded with UseNumber) against t. path is where
+// raw sits: "" for the body itself, else a field path such as items[0].qty.
+// null fits anything, as it does for encoding/json (the field stays unset
+// and the decoder's required-field checks speak).
+func checkShape(raw any, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if raw == nil {
+		return nil
+	}
+	want := jsonKind(t.Kind().String())
+	mismatch := func(got string) error {
+		if path == "" {
+			return badRequest("invalid_json", "want %s, got %s", want, got)
+		}
+		return badRequest("invalid_field", "%s: want %s, got %s", path, want, got)
 	}
 	switch x := raw.(type) {
 	case map[string]any:
 		if t.Kind() != reflect.Struct {
-			return nil // a type mismatch: decodeInto names it
+			return mismatch("an object")
 		}
 		fields := map[string]reflect.Type{}
 		for i := range t.NumField() {
@@ -127,26 +239,60 @@ func checkKeys(raw any, t reflect.Type, path string) error {
 				fields[name] = f.Type
 			}
 		}
-		for k, v := range x {
+		prefix := path
+		if prefix != "" {
+			prefix += "."
+		}
+		for _, k := range slices.Sorted(maps.Keys(x)) { // the same field named on every run
 			ft, ok := fields[k]
 			if !ok {
-				return badRequest("invalid_field", "%s%q is not a known field (names are case-sensitive)", path, k)
+				return badRequest("invalid_field", "%s%s is not a known field (names are case-sensitive)", prefix, echo(k))
 			}
-			if err := checkKeys(v, ft, path+k+"."); err != nil {
+			if err := checkShape(x[k], ft, prefix+k); err != nil {
 				return err
 			}
 		}
 	case []any:
 		if t.Kind() != reflect.Slice {
-			return nil
+			return mismatch("an array")
 		}
 		for i, v := range x {
-			if err := checkKeys(v, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
+			if err := checkShape(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
+	case string:
+		if t.Kind() != reflect.String {
+			return mismatch("a string")
+		}
+	case bool:
+		if t.Kind() != reflect.Bool {
+			return mismatch("true or false")
+		}
+	case json.Number:
+		// The same parses encoding/json applies, so what passes here decodes.
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if _, err := strconv.ParseInt(x.String(), 10, t.Bits()); err != nil {
+				return mismatch("the number " + echoNumber(x.String()))
+			}
+		case reflect.Float32, reflect.Float64:
+			if _, err := strconv.ParseFloat(x.String(), t.Bits()); err != nil {
+				return mismatch("the number " + echoNumber(x.String()))
+			}
+		default:
+			return mismatch("the number " + echoNumber(x.String()))
+		}
 	}
 	return nil
+}
+
+// echoNumber is echo for a number literal, which needs no quotes.
+func echoNumber(n string) string {
+	if len(n) <= maxEcho {
+		return n
+	}
+	return n[:maxEcho] + "…"
 }
 
 // decodeInto is the decoding proper.
@@ -161,15 +307,17 @@ func decodeInto(body []byte, v any) error {
 		var syntaxErr *json.SyntaxError
 		switch {
 		case errors.As(err, &typeErr):
+			// checkShape finds type errors first, with the full path; this is
+			// a backstop.
 			field := typeErr.Field
 			if field == "" {
-				return badRequest("invalid_json", "want a JSON object, got %s", typeErr.Value)
+				return badRequest("invalid_json", "want a JSON object, got %s", echoNumber(typeErr.Value))
 			}
-			return badRequest("invalid_field", "%s: want %s, got %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+			return badRequest("invalid_field", "%s: want %s, got %s", echoNumber(field), jsonKind(typeErr.Type.Kind().String()), echoNumber(typeErr.Value))
 		case errors.As(err, &syntaxErr):
 			return badRequest("invalid_json", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return badRequest("invalid_field", "%s is not a known field", strings.TrimPrefix(err.Error(), "json: unknown field "))
+			return badRequest("invalid_field", "%s is not a known field", echoNumber(strings.TrimPrefix(err.Error(), "json: unknown field ")))
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return badRequest("invalid_json", "malformed JSON: unexpected end of input")
 		default:

@@ -6,8 +6,41 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/lapsehq/lapse/httpapi"
 )
+
+// loadOpenAPI parses and validates the served document with kin-openapi. A
+// YAML slip that still parses — an unquoted description whose comma splits
+// it into a bogus key — is an error here, not a silently different API.
+func loadOpenAPI(t testing.TB) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(httpapi.OpenAPI)
+	if err != nil {
+		t.Fatalf("openapi.yaml does not load: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	return doc
+}
+
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	// The descriptions that once split on their comma read whole.
+	for path, want := range map[string]string{
+		"/v1/orders/{id}/pay":    "The order, PAYING",
+		"/v1/orders/{id}/cancel": "The order, CANCELLED with cancel_reason buyer",
+	} {
+		op := doc.Paths.Find(path).Post
+		if got := *op.Responses.Status(200).Value.Description; got != want {
+			t.Errorf("POST %s 200: description %q, want %q", path, got, want)
+		}
+	}
+}
 
 // The OpenAPI document names every route, field and error code the API has,
 // so it cannot drift silently from server.go.

@@ -8,13 +8,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,6 +30,9 @@ import (
 type Options struct {
 	// APIToken, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 route except the payment callback (which is signed instead).
+	// Without one, every route refuses a request whose Host is not the
+	// address it arrived at (or localhost at that port) or whose Origin is
+	// another site's, with 403 foreign_origin: see guard.go.
 	APIToken string
 	// CallbackSecrets verify the payment callback's signature; two may be
 	// given while a secret is rotated. With none, every callback is refused.
@@ -64,17 +68,18 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	}
 	s := &server{svc: svc, opts: opts, log: opts.Logger}
 	mux := http.NewServeMux()
-	v1 := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
-		mux.Handle(pattern, s.authed(s.handle(h)))
+	const takesBody, noBody = true, false
+	v1 := func(pattern string, body bool, h func(w http.ResponseWriter, r *http.Request) error) {
+		mux.Handle(pattern, s.authed(s.handle(jsonBody(body, h))))
 	}
-	v1("POST /v1/orders", s.createOrder)
-	v1("GET /v1/orders", s.listOrders)
-	v1("GET /v1/orders/{id}", s.getOrder)
-	v1("POST /v1/orders/{id}/pay", s.pay)
-	v1("POST /v1/orders/{id}/cancel", s.cancel)
-	v1("PUT /v1/skus/{sku}", s.setStock)
-	v1("GET /v1/skus/{sku}", s.getSKU)
-	mux.Handle("POST /v1/payments/notify", s.handle(s.notify))
+	v1("POST /v1/orders", takesBody, s.createOrder)
+	v1("GET /v1/orders", noBody, s.listOrders)
+	v1("GET /v1/orders/{id}", noBody, s.getOrder)
+	v1("POST /v1/orders/{id}/pay", noBody, s.pay)
+	v1("POST /v1/orders/{id}/cancel", noBody, s.cancel)
+	v1("PUT /v1/skus/{sku}", takesBody, s.setStock)
+	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
+	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
@@ -84,10 +89,58 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 		_, _ = w.Write(OpenAPI)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Registry(), promhttp.HandlerOpts{}))
+	// Every request no route takes ends here, whatever its method: with the
+	// method-less "/" pattern registered, ServeMux never answers 405 itself
+	// (and its own 404 and 405 are plain text, not the error envelope).
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: r.Method + " " + r.URL.Path + " is not a route of this API"}
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+				Message: echo(r.Method) + " is not allowed on " + echo(r.URL.Path) + "; allowed: " + strings.Join(allow, ", ")}
+		}
+		return &apiError{Status: http.StatusNotFound, Code: "not_found",
+			Message: echo(r.Method) + " " + echo(r.URL.Path) + " is not a route of this API"}
 	}))
+	if opts.APIToken == "" {
+		return s.sameOrigin(mux)
+	}
 	return mux
+}
+
+// jsonBody makes h refuse with 415 a body not declared application/json:
+// always for a route that takes a body, else only when the request carries
+// one (such a route has no use for it, and a cross-site form would carry
+// one). See guard.go for why.
+func jsonBody(required bool, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if required || hasBody(r) {
+			if err := requireJSON(r); err != nil {
+				return err
+			}
+		}
+		return h(w, r)
+	}
+}
+
+// probeMethods are the methods a 405's Allow header may name.
+var probeMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions,
+}
+
+// allowedMethods asks the mux which methods it routes for r's path to a
+// handler other than the catch-all, so the Allow header can never disagree
+// with the routes actually registered.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // handle adapts a handler that returns an error, writing the error body.
@@ -104,9 +157,9 @@ func (s *server) authed(next http.Handler) http.Handler {
 	if s.opts.APIToken == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.opts.APIToken)
+	want := sha256.Sum256([]byte(s.opts.APIToken))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if !bearerMatches(r.Header.Get("Authorization"), want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="lapse"`)
 			s.writeError(w, r, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 				Message: "missing or wrong Authorization: Bearer token"})
@@ -114,6 +167,21 @@ func (s *server) authed(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerMatches reports whether header is "Bearer <token>" for the token
+// whose SHA-256 is want. The scheme is case-insensitive (RFC 9110 §11.1:
+// "bearer t" is the same credential). The tokens are compared as digests,
+// which always have the same length: subtle.ConstantTimeCompare returns at
+// once when lengths differ, so comparing the tokens themselves would let the
+// answer's timing tell the token's length.
+func bearerMatches(header string, want [sha256.Size]byte) bool {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimLeft(token, " ")))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // writeError maps errors to statuses and stable codes.
@@ -152,7 +220,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = &apiError{http.StatusInternalServerError, "internal", "internal error; see the server log"}
 	}
-	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": ae.Message}})
+	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": clipMessage(ae.Message)}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
@@ -183,6 +251,9 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	if err := plainText("Idempotency-Key", req.IdempotencyKey); err != nil {
+		return err
+	}
 	res, err := s.svc.CreateOrder(r.Context(), req)
 	if err != nil {
 		return err
@@ -195,7 +266,11 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Get(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -205,6 +280,9 @@ func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
 func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := store.ListOrdersParams{Status: order.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	if err := checkCursor(p.Cursor); err != nil {
+		return err
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {
@@ -224,7 +302,11 @@ func (s *server) listOrders(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Pay(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Pay(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -232,7 +314,11 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
-	o, err := s.svc.Cancel(r.Context(), r.PathValue("id"))
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Cancel(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -246,7 +332,13 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := payment.Verify(r.Header.Get(payment.SignatureHeader), body, s.opts.CallbackSecrets, s.opts.Now(), s.opts.SignatureTolerance); err != nil {
+	v, err := payment.VerifyCallback(r.Header.Get(payment.SignatureHeader), body, s.opts.CallbackSecrets, s.opts.Now(), s.opts.SignatureTolerance)
+	if n := len(r.Header.Values(payment.SignatureHeader)); err == nil && n > 1 {
+		// One message, one header: which of several is "the" signature
+		// would be a guess, and a second header is one more spelling.
+		err = fmt.Errorf("%w: %d %s headers", payment.ErrMalformed, n, payment.SignatureHeader)
+	}
+	if err != nil {
 		if errors.Is(err, payment.ErrNoSecret) {
 			return &apiError{http.StatusUnauthorized, "callbacks_disabled",
 				"no callback secret is configured; start lapse with --callback-secret or LAPSE_CALLBACK_SECRET"}
@@ -258,10 +350,11 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// The signed message's digest: a replay of it inside the signature's
-	// window is recognised by the store and changes nothing.
-	digest := sha256.Sum256(append([]byte(r.Header.Get(payment.SignatureHeader)+"\n"), body...))
-	n.CallbackID = hex.EncodeToString(digest[:])
+	// The replay key is what the signature vouched for — the signed
+	// timestamp and the body — never the header's text: the same message
+	// sent again under another valid spelling (one more v1 during a secret
+	// rotation) is recognised by the store and changes nothing.
+	n.CallbackID = v.ID
 	res, err := s.svc.Notify(r.Context(), n)
 	if err != nil {
 		return err
@@ -285,7 +378,11 @@ func (s *server) setStock(w http.ResponseWriter, r *http.Request) error {
 	if b.Available == nil {
 		return badRequest("invalid_field", "available: required")
 	}
-	sku, err := s.svc.SetStock(r.Context(), r.PathValue("sku"), *b.Available)
+	name, err := pathText(r, "sku")
+	if err != nil {
+		return err
+	}
+	sku, err := s.svc.SetStock(r.Context(), name, *b.Available)
 	if err != nil {
 		return err
 	}
@@ -293,7 +390,11 @@ func (s *server) setStock(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) getSKU(w http.ResponseWriter, r *http.Request) error {
-	sku, err := s.svc.GetSKU(r.Context(), r.PathValue("sku"))
+	name, err := pathText(r, "sku")
+	if err != nil {
+		return err
+	}
+	sku, err := s.svc.GetSKU(r.Context(), name)
 	if err != nil {
 		return err
 	}

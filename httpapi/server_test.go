@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -51,12 +52,15 @@ type envConfig struct {
 	// Secrets verify callbacks; nil means {testSecret}. NoSecrets configures none.
 	Secrets   [][]byte
 	NoSecrets bool
+	// Postgres runs the service on PostgreSQL (LAPSE_TEST_POSTGRES, a
+	// schema of its own) instead of SQLite; the test is skipped without it.
+	Postgres bool
 }
 
 type env struct {
 	url    string
 	client *http.Client
-	st     *sqlite.Store
+	st     store.Store
 	clk    *clock.Fake
 	token  string
 	secret []byte // the secret notifySigned signs with
@@ -71,13 +75,19 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	scfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"}
-	if cfg.Clock != nil {
-		scfg.Clock = cfg.Clock
-	}
-	st, err := sqlite.Open(ctx, scfg)
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
+	var st store.Store
+	if cfg.Postgres {
+		st = openPostgres(t, cfg.Clock)
+	} else {
+		scfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"}
+		if cfg.Clock != nil {
+			scfg.Clock = cfg.Clock
+		}
+		sst, err := sqlite.Open(ctx, scfg)
+		if err != nil {
+			t.Fatalf("sqlite.Open: %v", err)
+		}
+		st = sst
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	if err := st.Migrate(ctx); err != nil {
@@ -110,9 +120,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if cfg.NoSecrets {
 		secrets = nil
 	}
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{
+	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{
 		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now()}
 	if len(secrets) > 0 {
@@ -147,7 +157,9 @@ type response struct {
 }
 
 // do sends a request. body is sent as is if it is a string or []byte, and as
-// JSON otherwise (nil: no body). hdr is header name, value pairs.
+// JSON otherwise (nil: no body); a body goes with Content-Type:
+// application/json. hdr is header name, value pairs (an empty value removes
+// the header; "Host" sets the request's Host).
 func (e *env) do(t *testing.T, method, path string, body any, hdr ...string) response {
 	t.Helper()
 	var rd io.Reader
@@ -175,6 +187,10 @@ func (e *env) do(t *testing.T, method, path string, body any, hdr ...string) res
 		req.Header.Set("Authorization", "Bearer "+e.token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1] // the Host header is the request's Host field
+			continue
+		}
 		if hdr[i+1] == "" {
 			req.Header.Del(hdr[i])
 		} else {
@@ -1382,6 +1398,90 @@ func TestNotifySignature(t *testing.T) {
 	})
 }
 
+// A captured callback sent again is a replay however its signature header is
+// spelled: every other spelling of the same signature is refused, and a
+// valid one (one more v1 from the rotation's second secret, the v1s in
+// another order) is recognised as the same message and changes nothing.
+// Before, the replay key was the header's text and the parser took many
+// spellings of one signature, so a FAILED callback re-sent with its hex
+// upper-cased moved a PAYING order back to PENDING a second time.
+func TestNotifyReplayRespelled(t *testing.T) {
+	t.Parallel()
+	current, previous := []byte("whsec_new"), []byte("whsec_old")
+	e := newEnv(t, envConfig{Grace: time.Hour, Secrets: [][]byte{current, previous}})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "rs-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", nil), http.StatusOK)
+	body, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p-rs", Status: "FAILED", AmountCents: 5})
+	at := time.Now()
+	captured := payment.Sign(current, at, body)
+	ts, sig, _ := strings.Cut(captured, ",v1=")
+	_, prevSig, _ := strings.Cut(payment.Sign(previous, at, body), ",v1=")
+	if got := wantNotify(t, e.notify(t, body, captured), "failed"); got.PaymentAttempts != 1 {
+		t.Fatalf("first FAILED: attempts %d", got.PaymentAttempts)
+	}
+	// The buyer pays again. A replayed FAILED taken for a new one would now
+	// move the order back to PENDING and count a second attempt.
+	paying := wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", nil), http.StatusOK)
+
+	for name, h := range map[string]string{
+		"hex upper-case":           ts + ",v1=" + strings.ToUpper(sig),
+		"the same v1 twice":        captured + ",v1=" + sig,
+		"an unknown pair":          captured + ",x=1",
+		"t twice":                  ts + "," + ts + ",v1=" + sig,
+		"a space after the comma":  ts + ", v1=" + sig,
+		"v1 before t":              "v1=" + sig + "," + ts,
+		"t with a leading zero":    "t=0" + strings.TrimPrefix(ts, "t=") + ",v1=" + sig,
+		"a v0 beside the v1":       ts + ",v0=" + sig + ",v1=" + sig,
+		"a space before the comma": ts + " ,v1=" + sig,
+	} {
+		t.Run(name+" is 401 and changes nothing", func(t *testing.T) {
+			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+			wantError(t, e.notify(t, body, h), http.StatusUnauthorized, "invalid_signature")
+			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+		})
+	}
+	t.Run("two signature headers are 401 and change nothing", func(t *testing.T) {
+		snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+		req, err := http.NewRequest("POST", e.url+"/v1/payments/notify", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Add(payment.SignatureHeader, captured)
+		req.Header.Add(payment.SignatureHeader, ts+",v1="+prevSig)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		wantError(t, response{Status: resp.StatusCode, Header: resp.Header, Body: b}, http.StatusUnauthorized, "invalid_signature")
+		wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+	})
+	for name, h := range map[string]string{
+		"the captured header":                captured,
+		"an extra v1 from the second secret": captured + ",v1=" + prevSig,
+		"the two v1 the other way round":     ts + ",v1=" + prevSig + ",v1=" + sig,
+		"signed with the second secret only": ts + ",v1=" + prevSig,
+	} {
+		t.Run(name+" is replayed and changes nothing", func(t *testing.T) {
+			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+			got := wantNotify(t, e.notify(t, body, h), "replayed")
+			if got.Status != order.Paying || got.PaymentAttempts != 1 || got.Version != paying.Version {
+				t.Errorf("after a replay: %s, attempts %d, v%d; want PAYING, 1, v%d", got.Status, got.PaymentAttempts, got.Version, paying.Version)
+			}
+			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+		})
+	}
+	t.Run("the same body under a new timestamp is a new message", func(t *testing.T) {
+		got := wantNotify(t, e.notify(t, body, payment.Sign(current, at.Add(-time.Second), body)), "failed")
+		if got.Status != order.Pending || got.PaymentAttempts != 2 {
+			t.Errorf("a new FAILED: %s, attempts %d; want PENDING, 2", got.Status, got.PaymentAttempts)
+		}
+	})
+}
+
 func flipHex(s string) string {
 	b := []byte(s)
 	if b[0] == '0' {
@@ -1497,15 +1597,233 @@ func TestHealthAndRouting(t *testing.T) {
 		{"GET", "/nope"},
 		{"GET", "/v1/nope"},
 		{"GET", "/v2/orders"},
-		{"DELETE", "/v1/orders/x"},
-		{"GET", "/v1/payments/notify"},
 		{"POST", "/v1/orders/x/refund"},
-		{"POST", "/healthz"},
+		{"GET", "/v1/orders/x/y"},
+		{"DELETE", "/v1/nope"},
 	} {
 		t.Run(c.method+" "+c.path+" is 404 JSON", func(t *testing.T) {
-			wantError(t, e.do(t, c.method, c.path, nil), http.StatusNotFound, "not_found")
+			r := e.do(t, c.method, c.path, nil)
+			wantError(t, r, http.StatusNotFound, "not_found")
+			if a := r.Header.Get("Allow"); a != "" {
+				t.Errorf("a 404 has Allow %q", a)
+			}
 		})
 	}
+}
+
+// A known path with a method it does not take is a 405 that says which
+// methods it does take, in the error envelope like every other error.
+func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	for name, token := range map[string]string{"without a token": "", "with a token": "tok-405"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envConfig{Grace: time.Hour, APIToken: token})
+			for _, c := range []struct{ method, path, allow string }{
+				{"DELETE", "/v1/orders/x", "GET, HEAD"},
+				{"PUT", "/v1/orders/x", "GET, HEAD"},
+				{"PATCH", "/v1/orders", "GET, HEAD, POST"},
+				{"OPTIONS", "/v1/orders", "GET, HEAD, POST"},
+				{"GET", "/v1/orders/x/pay", "POST"},
+				{"DELETE", "/v1/orders/x/cancel", "POST"},
+				{"GET", "/v1/payments/notify", "POST"},
+				{"PUT", "/v1/payments/notify", "POST"},
+				{"DELETE", "/v1/skus/a", "GET, HEAD, PUT"},
+				{"POST", "/v1/skus/a", "GET, HEAD, PUT"},
+				{"POST", "/healthz", "GET, HEAD"},
+				{"DELETE", "/readyz", "GET, HEAD"},
+				{"PUT", "/metrics", "GET, HEAD"},
+				{"POST", "/openapi.yaml", "GET, HEAD"},
+			} {
+				t.Run(c.method+" "+c.path, func(t *testing.T) {
+					r := e.do(t, c.method, c.path, nil)
+					wantError(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+					if got := r.Header.Get("Allow"); got != c.allow {
+						t.Errorf("Allow %q, want %q", got, c.allow)
+					}
+				})
+			}
+		})
+	}
+}
+
+// An error message quotes at most a little of the request: a megabyte key,
+// path, method or value is not reflected back.
+func TestErrorMessagesEchoLittle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	long := strings.Repeat("Z", 5000)
+	digits := strings.Repeat("9", 5000)
+	const ok = `"items":[{"sku":"a","qty":1}],"amount_cents":1`
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code, run                string
+	}{
+		{"a long unknown path", "GET", "/v1/" + long, "", 404, "not_found", long},
+		{"a long method", long, "/v1/orders", "", 405, "method_not_allowed", long},
+		{"a long unknown key", "POST", "/v1/orders", `{` + ok + `,"` + long + `":1}`, 400, "invalid_field", long},
+		{"a long unknown item key", "POST", "/v1/orders", `{"items":[{"sku":"a","qty":1,"` + long + `":1}],"amount_cents":1}`, 400, "invalid_field", long},
+		{"a long duplicate key", "PUT", "/v1/skus/a", `{"` + long + `":1,"` + long + `":2}`, 400, "invalid_field", long},
+		{"a long number", "POST", "/v1/orders", `{"items":[{"sku":"a","qty":` + digits + `}],"amount_cents":1}`, 400, "invalid_field", digits},
+		{"a long currency", "POST", "/v1/orders", `{` + ok + `,"currency":"` + long + `"}`, 400, "invalid_field", long},
+		{"a long status", "GET", "/v1/orders?status=" + long, "", 400, "invalid_field", long},
+		{"a long order id", "POST", "/v1/orders", `{"id":"` + long + `",` + ok + `}`, 400, "invalid_field", long},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			r := e.do(t, c.method, c.path, body)
+			wantError(t, r, c.status, c.code)
+			var b struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			if err := json.Unmarshal(r.Body, &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Error.Message) > 200 || strings.Contains(b.Error.Message, c.run[:201]) {
+				t.Errorf("the message is %d bytes and repeats the input: %.300s", len(b.Error.Message), b.Error.Message)
+			}
+		})
+	}
+}
+
+// A JSON type error names the field by its full path, array index included:
+// "items.qty" would not say which item.
+func TestTypeErrorsNameTheIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	e.setStock(t, "b", 10)
+	for _, c := range []struct{ body, want string }{
+		{`{"items":[{"sku":"a","qty":"1"}],"amount_cents":1}`, "items[0].qty: want an integer, got a string"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":"b","qty":1.5}],"amount_cents":1}`, "items[1].qty: want an integer, got the number 1.5"},
+		{`{"items":[{"sku":"a","qty":1},{"sku":7,"qty":1}],"amount_cents":1}`, "items[1].sku: want a string, got the number 7"},
+		{`{"items":[{"sku":"a","qty":1},["b"]],"amount_cents":1}`, "items[1]: want an object, got an array"},
+		{`{"items":{"sku":"a","qty":1},"amount_cents":1}`, "items: want an array, got an object"},
+		{`{"items":[{"sku":"a","qty":1}],"amount_cents":"1"}`, "amount_cents: want an integer, got a string"},
+		{`{"items":[{"sku":"a","qty":1}],"amount_cents":1,"timeout_seconds":true}`, "timeout_seconds: want a number, got true or false"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/orders", c.body)
+			wantError(t, r, http.StatusBadRequest, "invalid_field")
+			if !bytes.Contains(r.Body, []byte(`"message":"`+c.want)) {
+				t.Errorf("message %s, want it to start %q", r.Body, c.want)
+			}
+		})
+	}
+}
+
+// A request body must be declared JSON: a browser's cross-site form or
+// fetch can send text/plain, form and multipart bodies without asking first,
+// never application/json.
+func TestContentType(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "ct-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	create := `{"items":[{"sku":"a","qty":1}],"amount_cents":1}`
+	notify, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p", Status: "SUCCEEDED", AmountCents: 5})
+	before := e.snapshot(t, []string{o.ID}, []string{"a"})
+	for _, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x", "application/json; charset=latin1", "application/jsonx", "json", "application/*"} {
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/v1/orders", create},
+			{"PUT", "/v1/skus/a", `{"available":0}`},
+			{"POST", "/v1/orders/ct-1/pay", `{}`},
+			{"POST", "/v1/orders/ct-1/cancel", `x=1`},
+		} {
+			t.Run(c.method+" "+c.path+" with Content-Type "+ct, func(t *testing.T) {
+				wantError(t, e.do(t, c.method, c.path, c.body, "Content-Type", ct), http.StatusUnsupportedMediaType, "unsupported_media_type")
+			})
+		}
+		t.Run("a signed callback with Content-Type "+ct, func(t *testing.T) {
+			r := e.do(t, "POST", "/v1/payments/notify", notify, "Content-Type", ct,
+				payment.SignatureHeader, payment.Sign(testSecret, time.Now(), notify))
+			wantError(t, r, http.StatusUnsupportedMediaType, "unsupported_media_type")
+		})
+	}
+	t.Run("a route that takes a body needs the type even for an empty one", func(t *testing.T) {
+		wantError(t, e.do(t, "POST", "/v1/orders", nil), http.StatusUnsupportedMediaType, "unsupported_media_type")
+	})
+	wantUnchanged(t, before, e.snapshot(t, []string{o.ID}, []string{"a"}))
+
+	t.Run("JSON in any spelling of its media type is accepted", func(t *testing.T) {
+		for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON; charset=UTF-8"} {
+			e.create(t, createReq{ID: fmt.Sprintf("ct-ok-%d", i), Items: []item{{"a", 1}}, AmountCents: 1}, "Content-Type", ct)
+		}
+	})
+	t.Run("a route without a body needs no Content-Type", func(t *testing.T) {
+		wantOrder(t, e.do(t, "POST", "/v1/orders/ct-1/pay", nil), http.StatusOK)
+	})
+}
+
+// Without an API token, lapse answers only requests addressed to it: a page
+// of another site cannot drive it from the buyer's browser, by posting to it
+// (a foreign Origin) or by re-pointing its own host name at 127.0.0.1 and
+// reading the answers (DNS rebinding: a foreign Host).
+func TestForeignOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Grace: time.Hour})
+	e.setStock(t, "a", 10)
+	o := e.create(t, createReq{ID: "fo-1", Items: []item{{"a", 1}}, AmountCents: 5})
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	other := strconv.Itoa(func() int { p, _ := strconv.Atoi(port); return p%60000 + 1 }())
+	routes := []struct{ method, path string }{
+		{"GET", "/v1/orders"},
+		{"GET", "/v1/orders/fo-1"},
+		{"POST", "/v1/orders/fo-1/cancel"},
+		{"GET", "/metrics"},
+		{"GET", "/nope"},
+	}
+	before := e.snapshot(t, []string{o.ID}, []string{"a"})
+	for _, h := range [][]string{
+		{"Host", "evil.example:" + port},
+		{"Host", "evil.example"},
+		{"Host", "127.0.0.1:" + other},
+		{"Host", "127.0.0.1"},
+		{"Host", "localhost.:" + port},
+		{"Host", "127.0.0.1.evil.example:" + port},
+		{"Origin", "http://evil.example"},
+		{"Origin", "http://evil.example:" + port},
+		{"Origin", "null"},
+		{"Origin", "https://127.0.0.1:" + port},
+		{"Origin", "http://127.0.0.1:" + other},
+		{"Origin", "http://127.0.0.1:" + port + "/path"},
+		{"Origin", "garbage"},
+	} {
+		for _, rt := range routes {
+			t.Run(rt.method+" "+rt.path+" with "+h[0]+" "+h[1], func(t *testing.T) {
+				wantError(t, e.do(t, rt.method, rt.path, nil, h...), http.StatusForbidden, "foreign_origin")
+			})
+		}
+	}
+	wantUnchanged(t, before, e.snapshot(t, []string{o.ID}, []string{"a"}))
+
+	t.Run("its own address, localhost and its own origin pass", func(t *testing.T) {
+		for _, h := range [][]string{
+			{"Host", "127.0.0.1:" + port},
+			{"Host", "localhost:" + port},
+			{"Host", "LocalHost:" + port},
+			{"Origin", "http://127.0.0.1:" + port},
+			{"Origin", "http://localhost:" + port},
+		} {
+			wantOrder(t, e.do(t, "GET", "/v1/orders/fo-1", nil, h...), http.StatusOK)
+		}
+	})
+	t.Run("with an API token the token decides", func(t *testing.T) {
+		e := newEnv(t, envConfig{Grace: time.Hour, APIToken: "tok-fo"})
+		for _, h := range [][]string{{"Host", "lapse.internal:" + port}, {"Origin", "https://shop.example"}} {
+			wantError(t, e.do(t, "GET", "/v1/orders/nope", nil, h...), http.StatusNotFound, "order_not_found")
+		}
+	})
 }
 
 // TestStoreDown checks that store failures are 503 on /readyz and a bare 500
@@ -1524,7 +1842,7 @@ func TestStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{Logger: discard}))
+	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{Logger: discard})))
 	t.Cleanup(srv.Close)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -1593,6 +1911,15 @@ func TestAuth(t *testing.T) {
 	t.Run("the right token passes", func(t *testing.T) {
 		wantError(t, e.do(t, "GET", "/v1/orders/nope", nil), http.StatusNotFound, "order_not_found")
 		e.get(t, "au-1")
+	})
+	t.Run("the scheme is case-insensitive", func(t *testing.T) {
+		// RFC 9110 §11.1: an auth-scheme is a case-insensitive token.
+		for _, h := range []string{"bearer " + token, "BEARER " + token, "BeArEr " + token, "Bearer  " + token} {
+			wantOrder(t, e.do(t, "GET", "/v1/orders/au-1", nil, "Authorization", h), http.StatusOK)
+		}
+		for _, h := range []string{"Bearer" + token, "bearer " + strings.ToUpper(token), "Bearer\t" + token, "Bear " + token} {
+			wantError(t, e.do(t, "GET", "/v1/orders/au-1", nil, "Authorization", h), http.StatusUnauthorized, "unauthorized")
+		}
 	})
 	t.Run("the payment callback needs no token", func(t *testing.T) {
 		body, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p", Status: "SUCCEEDED", AmountCents: 5})

@@ -193,3 +193,98 @@ func TestNoSecretComesFirst(t *testing.T) {
 		}
 	}
 }
+
+// One message has one spelling of its signature header. Each re-spelling
+// below was accepted as the same signature by the old parser, and the API
+// keyed replays on the header's text, so a captured callback re-sent with
+// its hex upper-cased was taken for a new one.
+func TestRespellingsAreMalformed(t *testing.T) {
+	t.Parallel()
+	good := payment.Sign(secret, now, body)
+	ts, sig, _ := strings.Cut(strings.TrimPrefix(good, "t="), ",v1=")
+	other := strings.TrimPrefix(payment.Sign([]byte("whsec_previous"), now, body), "t="+ts+",v1=")
+	cases := map[string]string{
+		"v1 upper-case":              "t=" + ts + ",v1=" + strings.ToUpper(sig),
+		"v1 one letter upper-case":   "t=" + ts + ",v1=" + upperFirstLetter(sig),
+		"the same v1 twice":          "t=" + ts + ",v1=" + sig + ",v1=" + sig,
+		"an unknown pair":            "t=" + ts + ",v1=" + sig + ",x=1",
+		"an unknown pair first":      "x=1,t=" + ts + ",v1=" + sig,
+		"a v0 beside the v1":         "t=" + ts + ",v0=" + sig + ",v1=" + sig,
+		"t twice":                    "t=" + ts + ",t=" + ts + ",v1=" + sig,
+		"t again after v1":           "t=" + ts + ",v1=" + sig + ",t=" + ts,
+		"v1 before t":                "v1=" + sig + ",t=" + ts,
+		"a space after the comma":    "t=" + ts + ", v1=" + sig,
+		"a space before the comma":   "t=" + ts + " ,v1=" + sig,
+		"spaces around =":            "t = " + ts + ",v1=" + sig,
+		"a tab":                      "t=" + ts + ",\tv1=" + sig,
+		"a trailing comma":           "t=" + ts + ",v1=" + sig + ",",
+		"t with a leading zero":      "t=0" + ts + ",v1=" + sig,
+		"t with a plus sign":         "t=+" + ts + ",v1=" + sig,
+		"T upper-case":               "T=" + ts + ",v1=" + sig,
+		"V1 upper-case":              "t=" + ts + ",V1=" + sig,
+		"a second valid v1 repeated": "t=" + ts + ",v1=" + other + ",v1=" + sig + ",v1=" + other,
+		"nine v1":                    "t=" + ts + nineSigs(sig),
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := payment.Verify(h, body, [][]byte{secret}, now, tol)
+			if !errors.Is(err, payment.ErrMalformed) {
+				t.Errorf("Verify(%q) = %v, want ErrMalformed", h, err)
+			}
+		})
+	}
+}
+
+// upperFirstLetter upper-cases the first of a-f in a hex string.
+func upperFirstLetter(h string) string {
+	i := strings.IndexAny(h, "abcdef")
+	return h[:i] + strings.ToUpper(h[i:i+1]) + h[i+1:]
+}
+
+// nineSigs is ",v1=<sig>" then eight distinct other well-formed v1 parts.
+func nineSigs(sig string) string {
+	s := ",v1=" + sig
+	for i := range 8 {
+		s += ",v1=" + strings.Repeat(strconv.Itoa(i), 64)
+	}
+	return s
+}
+
+// The ID a verified callback gets is the replay key: the same for every
+// valid spelling of one message, different for another timestamp or body.
+func TestVerifiedID(t *testing.T) {
+	t.Parallel()
+	current, previous := []byte("whsec_new"), []byte("whsec_old")
+	both := [][]byte{current, previous}
+	one := payment.Sign(current, now, body)
+	_, prevSig, _ := strings.Cut(payment.Sign(previous, now, body), ",v1=")
+	ts, curSig, _ := strings.Cut(one, ",v1=")
+
+	first, err := payment.VerifyCallback(one, body, both, now, tol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(strconv.FormatInt(now.Unix(), 10) + "." + string(body)))
+	if first.ID != hex.EncodeToString(sum[:]) || !first.Timestamp.Equal(now) {
+		t.Errorf("Verified = %+v, want ID sha256(\"<t>.\" + body) and Timestamp %v", first, now)
+	}
+	for name, h := range map[string]string{
+		"signed with the previous secret": ts + ",v1=" + prevSig,
+		"both v1":                         ts + ",v1=" + curSig + ",v1=" + prevSig,
+		"both v1 the other way round":     ts + ",v1=" + prevSig + ",v1=" + curSig,
+		"a stale v1 before the valid one": ts + ",v1=" + strings.Repeat("ab", 32) + ",v1=" + curSig,
+	} {
+		v, err := payment.VerifyCallback(h, body, both, now.Add(time.Minute), tol)
+		if err != nil || v.ID != first.ID {
+			t.Errorf("%s: ID %q, %v; want the first spelling's %q", name, v.ID, err, first.ID)
+		}
+	}
+	if v, _ := payment.VerifyCallback(payment.Sign(current, now.Add(time.Second), body), body, both, now, tol); v.ID == first.ID {
+		t.Errorf("another timestamp, the same ID")
+	}
+	other := append(append([]byte{}, body...), ' ')
+	if v, _ := payment.VerifyCallback(payment.Sign(current, now, other), other, both, now, tol); v.ID == first.ID {
+		t.Errorf("another body, the same ID")
+	}
+}

@@ -137,7 +137,14 @@ func (s *server) call(method, path, body string, wantStatus int, header ...strin
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -269,6 +276,28 @@ func TestServeRefusesAnOpenAddressWithoutToken(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "x.db")); err == nil {
 		t.Fatal("a refused start created the database")
 	}
+}
+
+// Without a token, the running server answers only requests addressed to
+// the address it listens on (the port it really got, here from :0): a page
+// of another site cannot drive it from a browser.
+func TestServeRefusesForeignOriginWithoutToken(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--store", "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"))
+	port := s.url[strings.LastIndex(s.url, ":")+1:]
+	s.call("PUT", "/v1/skus/tee", `{"available": 1}`, 200)
+	s.call("GET", "/v1/skus/tee", "", 200, "Host", "localhost:"+port)
+	for _, h := range [][]string{{"Host", "rebound.example:" + port}, {"Origin", "http://shop.example"}} {
+		got := s.call("PUT", "/v1/skus/tee", `{"available": 9}`, 403, h...)
+		if e, _ := got["error"].(map[string]any); e["code"] != "foreign_origin" {
+			t.Errorf("%s %s: %v, want foreign_origin", h[0], h[1], got)
+		}
+	}
+	s.call("PUT", "/v1/skus/tee", `{"available": 2}`, 415, "Content-Type", "text/plain")
+	if got := s.call("GET", "/v1/skus/tee", "", 200); got["available"] != 1.0 {
+		t.Errorf("refused requests changed the stock: %v", got)
+	}
+	s.stop()
 }
 
 func TestBadFlagsAndCommands(t *testing.T) {
