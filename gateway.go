@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
@@ -147,16 +148,15 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	switch st.State {
 	case payment.StatePaid:
 		res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
-		switch {
-		case errors.Is(err, store.ErrAmountMismatch):
-			s.log.Error("gateway reports a payment of another amount: left for a person to settle (see lapse reconcile)",
-				"order_id", id, "payment_id", st.PaymentID, "gateway_amount_cents", st.AmountCents)
-			return 0, false
-		case err != nil:
+		if err != nil {
 			s.log.Warn("mark paid after gateway query", "order_id", id, "err", err)
 			return retry, true
 		}
 		s.notePayment(ctx, res, st.PaymentID)
+		if res.Order.Status != order.Paid {
+			s.log.Error("gateway reports a payment that cannot pay the order (another amount?): flagged refund_required, left for a person to settle (see lapse reconcile)",
+				"order_id", id, "payment_id", st.PaymentID, "gateway_amount_cents", st.AmountCents)
+		}
 		return 0, false
 	case payment.StatePending:
 		if ch.pendingSince.IsZero() {

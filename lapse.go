@@ -29,6 +29,7 @@ var (
 	ErrNotPending          = store.ErrNotPending
 	ErrAmountMismatch      = store.ErrAmountMismatch
 	ErrInvalidCursor       = store.ErrInvalidCursor
+	ErrPaymentIDUsed       = store.ErrPaymentIDUsed
 )
 
 // InvalidError is a request that fails validation. Code is stable (clients

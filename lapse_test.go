@@ -160,7 +160,7 @@ func TestPayingOrderIsNeverCancelledBlind(t *testing.T) {
 	start(t, svc)
 	ctx := context.Background()
 	o := create(t, svc, "paying", 100*time.Millisecond)
-	if _, err := svc.Pay(ctx, "paying"); err != nil {
+	if _, err := svc.PayAttempt(ctx, "paying", "p1"); err != nil {
 		t.Fatal(err)
 	}
 	create(t, svc, "witness", 100*time.Millisecond) // same deadline, not paying

@@ -8,12 +8,47 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
-// Pay starts a payment: PENDING with expires_at ahead → PAYING. From then on
-// the order is never cancelled blind; its outcome comes from the gateway.
-// A PAYING order is returned as it is (a second click). ErrOrderExpired once
-// expires_at has passed; ErrNotPending for PAID or CANCELLED.
+// Pay starts a payment attempt with a payment id lapse assigns
+// ("<order id>-<attempt number>"): PENDING with expires_at ahead → PAYING.
+// From then on the order is never cancelled blind; its outcome comes from
+// the gateway. A PAYING order is returned as it is (a second click).
+// ErrOrderExpired once expires_at has passed; ErrNotPending for PAID or
+// CANCELLED.
 func (s *Service) Pay(ctx context.Context, id string) (order.Order, error) {
-	return s.store.StartPayment(ctx, id)
+	return s.PayAttempt(ctx, id, "")
+}
+
+// maxPaymentIDLen bounds a payment id: gateways' own ids (out_trade_no,
+// PaymentIntent ids) are far shorter.
+const maxPaymentIDLen = 128
+
+// PayAttempt starts the payment attempt paymentID, the id the client uses
+// at the gateway for it (its out_trade_no, PaymentIntent id, …); empty, lapse
+// assigns one as Pay does. The same attempt asked again changes nothing;
+// another id while the order is PAYING becomes the current attempt, and the
+// previous one is superseded (its success would still be recorded: money is
+// never dropped). ErrPaymentIDUsed when an earlier attempt of the order had
+// that id.
+func (s *Service) PayAttempt(ctx context.Context, id, paymentID string) (order.Order, error) {
+	if paymentID != "" {
+		if err := validPaymentID("payment_id", paymentID); err != nil {
+			return order.Order{}, err
+		}
+	}
+	return s.store.StartPayment(ctx, store.StartPaymentParams{OrderID: id, PaymentID: paymentID})
+}
+
+// validPaymentID accepts 1–128 printable ASCII characters, no spaces.
+func validPaymentID(field, id string) error {
+	if id == "" || len(id) > maxPaymentIDLen {
+		return invalid(field, "want 1-%d printable ASCII characters", maxPaymentIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return invalid(field, "want printable ASCII characters, no spaces (byte %d)", i)
+		}
+	}
+	return nil
 }
 
 // PaymentStatus is the outcome a gateway reports.
@@ -26,7 +61,7 @@ const (
 )
 
 // Notification is a payment outcome reported by the gateway (already
-// authenticated: see payment.VerifySignature).
+// authenticated: see payment.VerifyCallback).
 type Notification struct {
 	OrderID     string
 	PaymentID   string
@@ -39,17 +74,19 @@ type Notification struct {
 
 // Notify applies a payment outcome.
 //
-// SUCCEEDED: PENDING or PAYING → PAID (stock committed); PAID → no change (a
-// duplicate); CANCELLED → stays CANCELLED, flagged refund_required. An amount
-// other than the order's changes nothing and returns ErrAmountMismatch.
-// FAILED: PAYING → PENDING with payment_attempts incremented, and the cancel
-// timer is set again (it fires at once if cancel_after has passed).
+// Each report acts on the payment attempt it names (store.Orders).
+// SUCCEEDED of any attempt: PENDING or PAYING → PAID (stock committed); the
+// paying payment again → no change; a success that cannot pay the order
+// (PAID by another attempt, CANCELLED, another amount) → recorded and
+// flagged refund_required. FAILED of the current attempt: PAYING → PENDING
+// with payment_attempts incremented, and the cancel timer is set again (it
+// fires at once if cancel_after has passed); of any other attempt, no change.
 func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResult, error) {
 	if n.OrderID == "" {
 		return store.PaymentResult{}, invalid("order_id", "required")
 	}
-	if n.PaymentID == "" || len(n.PaymentID) > maxKeyLen {
-		return store.PaymentResult{}, invalid("payment_id", "want 1-%d characters", maxKeyLen)
+	if err := validPaymentID("payment_id", n.PaymentID); err != nil {
+		return store.PaymentResult{}, err
 	}
 	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, CallbackID: n.CallbackID}
 	switch n.Status {
@@ -89,7 +126,7 @@ func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paym
 		}
 	case store.OutcomeRefundRequired:
 		s.metrics.refundRequired.Inc()
-		s.log.Warn("payment succeeded for a cancelled order: refund required",
-			"order_id", res.Order.ID, "payment_id", paymentID, "amount_cents", res.Order.AmountCents)
+		s.log.Warn("a payment succeeded that cannot pay the order: refund required",
+			"order_id", res.Order.ID, "status", res.Order.Status, "payment_id", paymentID)
 	}
 }

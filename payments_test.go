@@ -22,7 +22,7 @@ func TestRepeatedFailedPaymentWhoseAnswerWasLostStillTimesOut(t *testing.T) {
 	storetest.Stock(t, st, 10, "sku")
 	start(t, svc)
 	o := create(t, svc, "o-1", 200*time.Millisecond)
-	if _, err := svc.Pay(context.Background(), o.ID); err != nil {
+	if _, err := svc.PayAttempt(context.Background(), o.ID, "pay-1"); err != nil {
 		t.Fatal(err)
 	}
 	// The timer fires while the order is PAYING: it is not cancelled, and

@@ -32,7 +32,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	doc := loadOpenAPI(t)
 	// The descriptions that once split on their comma read whole.
 	for path, want := range map[string]string{
-		"/v1/orders/{id}/pay":    "The order, PAYING",
+		"/v1/orders/{id}/pay":    "The order, PAYING, its payment_id the current attempt's",
 		"/v1/orders/{id}/cancel": "The order, CANCELLED with cancel_reason buyer",
 	} {
 		op := doc.Paths.Find(path).Post

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
@@ -205,8 +206,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusConflict, "order_expired", "the order's payment window has closed"}
 	case errors.Is(err, store.ErrNotPending):
 		ae = &apiError{http.StatusConflict, "order_not_pending", "the order is not PENDING"}
-	case errors.Is(err, store.ErrAmountMismatch):
-		ae = &apiError{http.StatusUnprocessableEntity, "amount_mismatch", "amount_cents differs from the order's; nothing changed"}
+	case errors.Is(err, store.ErrPaymentIDUsed):
+		ae = &apiError{http.StatusConflict, "payment_id_used", "an earlier payment attempt of this order used this payment_id"}
 	case errors.Is(err, store.ErrInvalidCursor):
 		ae = &apiError{http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"}
 	case errors.Is(err, store.ErrNotFound):
@@ -306,7 +307,29 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	o, err := s.svc.Pay(r.Context(), id)
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	// The body is optional: {"payment_id": "…"} names the attempt (the id
+	// the client uses at the gateway); without one lapse assigns
+	// "<order id>-<attempt number>".
+	var req struct {
+		PaymentID *string `json:"payment_id"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			return err
+		}
+	}
+	paymentID := ""
+	if req.PaymentID != nil {
+		if *req.PaymentID == "" {
+			return &lapse.InvalidError{Code: "invalid_field", Field: "payment_id", Message: "want 1-128 printable ASCII characters, or no payment_id"}
+		}
+		paymentID = *req.PaymentID
+	}
+	o, err := s.svc.PayAttempt(r.Context(), id, paymentID)
 	if err != nil {
 		return err
 	}

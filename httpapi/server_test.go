@@ -272,7 +272,7 @@ func checkOrder(t *testing.T, raw []byte) order.Order {
 	}
 	required := []string{"id", "status", "items", "amount_cents", "currency", "created_at", "expires_at",
 		"cancel_after", "refund_required", "payment_attempts", "version"}
-	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id"}
+	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id", "payments"}
 	for _, k := range required {
 		if _, ok := m[k]; !ok {
 			t.Errorf("order lacks %q: %s", k, raw)
@@ -1198,12 +1198,14 @@ func TestNotify(t *testing.T) {
 			wantNotify(t, e.notifySigned(t, f), "no_change")
 			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
 		})
-		t.Run("a different amount on a PAID order is 422", func(t *testing.T) {
-			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+		t.Run("a different amount on a PAID order is money to refund", func(t *testing.T) {
 			m := succeeded(o)
 			m.AmountCents++
-			wantError(t, e.notifySigned(t, m), http.StatusUnprocessableEntity, "amount_mismatch")
-			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+			m.PaymentID = "other-" + o.ID
+			r := wantNotify(t, e.notifySigned(t, m), "refund_required")
+			if r.Status != order.Paid || !r.RefundRequired || r.PaymentID != p.PaymentID {
+				t.Errorf("after a second payment of another amount: %+v", r)
+			}
 		})
 	})
 
@@ -1218,19 +1220,24 @@ func TestNotify(t *testing.T) {
 		wantSKU(t, e.sku(t, "a"), before.Available, before.Locked-2, before.Sold+2)
 	})
 
-	t.Run("a different amount is 422 amount_mismatch and changes nothing", func(t *testing.T) {
+	t.Run("a different amount is refund_required: recorded, flagged, the status kept", func(t *testing.T) {
 		pending := mk(t)
 		paying := mk(t)
 		wantOrder(t, e.do(t, "POST", "/v1/orders/"+paying.ID+"/pay", nil), http.StatusOK)
-		snap := e.snapshot(t, []string{pending.ID, paying.ID}, []string{"a"})
 		for _, o := range []order.Order{pending, paying} {
-			for _, amt := range []int64{o.AmountCents - 1, o.AmountCents + 1, 0} {
+			before := e.get(t, o.ID)
+			for i, amt := range []int64{o.AmountCents - 1, o.AmountCents + 1, 0} {
 				m := succeeded(o)
-				m.AmountCents = amt
-				wantError(t, e.notifySigned(t, m), http.StatusUnprocessableEntity, "amount_mismatch")
+				m.AmountCents, m.PaymentID = amt, fmt.Sprintf("odd-%d-%s", i, o.ID)
+				r := wantNotify(t, e.notifySigned(t, m), "refund_required")
+				if r.Status != before.Status || !r.RefundRequired {
+					t.Errorf("%s after a payment of %d: %+v", o.ID, amt, r)
+				}
+			}
+			if got := e.get(t, o.ID); len(got.Payments) < 3 {
+				t.Errorf("%s: payments %+v, want the three to refund listed", o.ID, got.Payments)
 			}
 		}
-		wantUnchanged(t, snap, e.snapshot(t, []string{pending.ID, paying.ID}, []string{"a"}))
 	})
 
 	t.Run("SUCCEEDED on CANCELLED: stays CANCELLED, refund_required", func(t *testing.T) {
@@ -1250,39 +1257,67 @@ func TestNotify(t *testing.T) {
 			wantNotify(t, e.notifySigned(t, succeeded(o)), "no_change")
 			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
 		})
-		t.Run("a different amount on a CANCELLED order is 422", func(t *testing.T) {
+		t.Run("a different amount on a CANCELLED order is refund_required", func(t *testing.T) {
 			o2 := mk(t)
 			wantOrder(t, e.do(t, "POST", "/v1/orders/"+o2.ID+"/cancel", nil), http.StatusOK)
-			snap := e.snapshot(t, []string{o2.ID}, []string{"a"})
 			m := succeeded(o2)
 			m.AmountCents = 1
-			wantError(t, e.notifySigned(t, m), http.StatusUnprocessableEntity, "amount_mismatch")
-			wantUnchanged(t, snap, e.snapshot(t, []string{o2.ID}, []string{"a"}))
+			if r := wantNotify(t, e.notifySigned(t, m), "refund_required"); r.Status != order.Cancelled || !r.RefundRequired {
+				t.Errorf("after a payment of another amount: %+v", r)
+			}
 		})
 	})
 
 	t.Run("FAILED on PAYING: back to PENDING, attempt counted, payable again", func(t *testing.T) {
 		o := mk(t)
-		p := wantOrder(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", nil), http.StatusOK)
+		pay := func(paymentID string) order.Order {
+			return wantOrder(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", map[string]string{"payment_id": paymentID}), http.StatusOK)
+		}
+		failed := func(paymentID string) notifyReq {
+			f := succeeded(o)
+			f.Status, f.PaymentID = "FAILED", paymentID
+			return f
+		}
+		p := pay("try-1")
 		before := e.sku(t, "a")
-		f := succeeded(o)
-		f.Status = "FAILED"
-		got := wantNotify(t, e.notifySigned(t, f), "failed")
+		got := wantNotify(t, e.notifySigned(t, failed("try-1")), "failed")
 		if got.Status != order.Pending || got.PaymentAttempts != 1 || got.Version != p.Version+1 {
 			t.Errorf("after FAILED: %s attempts %d v%d", got.Status, got.PaymentAttempts, got.Version)
 		}
 		wantSKU(t, e.sku(t, "a"), before.Available, before.Locked, before.Sold)
-		wantOrder(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", nil), http.StatusOK)
-		got = wantNotify(t, e.notifySigned(t, f), "failed")
+		wantError(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", map[string]string{"payment_id": "try-1"}), http.StatusConflict, "payment_id_used")
+		pay("try-2")
+		got = wantNotify(t, e.notifySigned(t, failed("try-2")), "failed")
 		if got.PaymentAttempts != 2 {
 			t.Errorf("second failure: attempts %d", got.PaymentAttempts)
 		}
+		t.Run("a FAILED of a superseded attempt changes nothing", func(t *testing.T) {
+			pay("try-3")
+			cur := pay("try-4") // the buyer switched cards: try-3 is superseded
+			if cur.PaymentID != "try-4" || cur.Status != order.Paying {
+				t.Fatalf("second attempt: %+v", cur)
+			}
+			if got := wantNotify(t, e.notifySigned(t, failed("try-3")), "no_change"); got.Status != order.Paying || got.PaymentID != "try-4" || got.Version != cur.Version {
+				t.Errorf("attempt 1's FAILED re-delivered: %+v, want try-4 still PAYING, v%d", got, cur.Version)
+			}
+			g := e.get(t, o.ID)
+			want := map[string]order.PaymentStatus{"try-1": order.PaymentFailed, "try-2": order.PaymentFailed, "try-3": order.PaymentFailed, "try-4": order.PaymentPending}
+			if len(g.Payments) != len(want) {
+				t.Fatalf("payments %+v, want %v", g.Payments, want)
+			}
+			for _, gp := range g.Payments {
+				if want[gp.PaymentID] != gp.Status {
+					t.Errorf("payment %s is %s, want %s", gp.PaymentID, gp.Status, want[gp.PaymentID])
+				}
+			}
+			wantNotify(t, e.notifySigned(t, failed("try-4")), "failed")
+		})
 		t.Run("the same signed FAILED message replayed changes nothing", func(t *testing.T) {
-			wantOrder(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", nil), http.StatusOK)
-			body, _ := json.Marshal(f)
+			pay("try-5")
+			body, _ := json.Marshal(failed("try-5"))
 			sig := payment.Sign(e.secret, time.Now(), body)
 			wantNotify(t, e.notify(t, body, sig), "failed")
-			wantOrder(t, e.do(t, "POST", "/v1/orders/"+o.ID+"/pay", nil), http.StatusOK)
+			pay("try-6")
 			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
 			if got := wantNotify(t, e.notify(t, body, sig), "replayed"); got.Status != order.Paying {
 				t.Errorf("replayed FAILED: the order is %s, want PAYING", got.Status)
@@ -1290,9 +1325,8 @@ func TestNotify(t *testing.T) {
 			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
 		})
 		t.Run("FAILED on PENDING changes nothing", func(t *testing.T) {
-			f := f
-			f.PaymentID = "another-" + o.ID
-			if _, err := e.st.FailPayment(context.Background(), store.PaymentParams{OrderID: o.ID, PaymentID: "x"}); err != nil {
+			f := failed("another-" + o.ID)
+			if _, err := e.st.FailPayment(context.Background(), store.PaymentParams{OrderID: o.ID, PaymentID: "try-6"}); err != nil {
 				t.Fatal(err) // PAYING → PENDING, so the callback below finds it PENDING
 			}
 			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
@@ -1411,7 +1445,7 @@ func TestNotifyReplayRespelled(t *testing.T) {
 	e := newEnv(t, envConfig{Grace: time.Hour, Secrets: [][]byte{current, previous}})
 	e.setStock(t, "a", 10)
 	o := e.create(t, createReq{ID: "rs-1", Items: []item{{"a", 1}}, AmountCents: 5})
-	wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", nil), http.StatusOK)
+	wantOrder(t, e.do(t, "POST", "/v1/orders/rs-1/pay", map[string]string{"payment_id": "p-rs"}), http.StatusOK)
 	body, _ := json.Marshal(notifyReq{OrderID: o.ID, PaymentID: "p-rs", Status: "FAILED", AmountCents: 5})
 	at := time.Now()
 	captured := payment.Sign(current, at, body)
@@ -1475,9 +1509,11 @@ func TestNotifyReplayRespelled(t *testing.T) {
 		})
 	}
 	t.Run("the same body under a new timestamp is a new message", func(t *testing.T) {
-		got := wantNotify(t, e.notify(t, body, payment.Sign(current, at.Add(-time.Second), body)), "failed")
-		if got.Status != order.Pending || got.PaymentAttempts != 2 {
-			t.Errorf("a new FAILED: %s, attempts %d; want PENDING, 2", got.Status, got.PaymentAttempts)
+		// Not a replay; and being a FAILED of p-rs, no longer the current
+		// attempt, it moves nothing.
+		got := wantNotify(t, e.notify(t, body, payment.Sign(current, at.Add(-time.Second), body)), "no_change")
+		if got.Status != order.Paying || got.PaymentAttempts != 1 || got.PaymentID != paying.PaymentID {
+			t.Errorf("a new FAILED of the old attempt: %s, attempts %d; want PAYING, 1", got.Status, got.PaymentAttempts)
 		}
 	})
 }

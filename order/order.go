@@ -65,10 +65,38 @@ type Order struct {
 	PaidAt          time.Time // zero unless PAID
 	CancelledAt     time.Time // zero unless CANCELLED
 	CancelReason    CancelReason
-	PaymentID       string // the gateway's id of the payment that paid (or arrived too late for) the order
-	RefundRequired  bool   // a payment succeeded for an order already CANCELLED
+	PaymentID       string // the current payment attempt's id; the paying one once PAID
+	RefundRequired  bool   // a payment succeeded that did not pay the order: it must be refunded
 	PaymentAttempts int    // failed payment attempts
 	Version         int64  // incremented by every transition
+	// Payments are the order's payment attempts, oldest first; only reads
+	// of one order load them (nil otherwise).
+	Payments []Payment
+}
+
+// PaymentStatus is where one payment attempt stands.
+type PaymentStatus string
+
+// Payment attempt statuses. An attempt is open while PENDING or SUPERSEDED:
+// the gateway may still take the buyer's money for it.
+const (
+	PaymentPending    PaymentStatus = "PENDING"    // started, the current attempt of a PAYING order
+	PaymentSuperseded PaymentStatus = "SUPERSEDED" // replaced by a newer attempt before an outcome
+	PaymentFailed     PaymentStatus = "FAILED"     // the gateway reported it failed
+	PaymentSucceeded  PaymentStatus = "SUCCEEDED"  // it paid the order
+	// PaymentRefundRequired: it succeeded but did not pay the order (the
+	// order was paid by another attempt, cancelled, or the amount differed).
+	PaymentRefundRequired PaymentStatus = "REFUND_REQUIRED"
+)
+
+// Payment is one payment attempt of an order: the id the client uses at the
+// gateway for it (out_trade_no, PaymentIntent id, …).
+type Payment struct {
+	PaymentID   string
+	Status      PaymentStatus
+	AmountCents int64 // what a success reported; 0 before
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // Event types written to the outbox in the same transaction as the change.

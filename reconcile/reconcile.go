@@ -222,6 +222,15 @@ func (r *run) eachOrder(ctx context.Context, f func(order.Order) error) error {
 			if !r.p.From.IsZero() && o.CreatedAt.Before(r.p.From) {
 				return nil
 			}
+			if o.RefundRequired {
+				// Its attempts say which payments are to give back (pages
+				// of orders do not carry them; flagged orders are few).
+				full, err := r.p.Orders.GetOrder(ctx, o.ID)
+				if err != nil {
+					return fmt.Errorf("reconcile: read the payments of %s: %w", o.ID, err)
+				}
+				o = full
+			}
 			if err := f(o); err != nil {
 				return err
 			}
@@ -344,9 +353,13 @@ func (r *run) duplicates(id string, lapseStatus order.Status, lapseAmount int64,
 // of it, and the known refund it is, if any. absent marks a record inferred
 // from the statement's silence.
 func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatch) {
+	lapseID := o.PaymentID // the payment lapse holds: the paying one…
+	if o.Status == order.Cancelled && o.RefundRequired {
+		lapseID = refundPaymentID(o, g.PaymentID) // …or, cancelled, the one to give back
+	}
 	base := Mismatch{
 		OrderID: o.ID, LapseStatus: o.Status, LapseAmount: o.AmountCents,
-		GatewayStatus: g.State, GatewayAmount: g.AmountCents, PaymentID: cmp.Or(g.PaymentID, o.PaymentID),
+		GatewayStatus: g.State, GatewayAmount: g.AmountCents, PaymentID: cmp.Or(g.PaymentID, lapseID),
 	}
 	with := func(k Kind, format string, args ...any) Mismatch {
 		m := base
@@ -368,7 +381,7 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 			if o.Status == order.Cancelled {
 				what = "flagged for refund"
 			}
-			ms = append(ms, with(KindPaidButNotAtGateway, "lapse has the order %s by payment %s; the gateway %s", what, o.PaymentID, gatewaySays))
+			ms = append(ms, with(KindPaidButNotAtGateway, "lapse has the order %s by payment %s; the gateway %s", what, lapseID, gatewaySays))
 		case o.Status == order.Cancelled && g.State == payment.StatePending:
 			ms = append(ms, with(KindCancelledButPending, "lapse cancelled the order (%s); a payment is still in progress at the gateway: close the trade", o.CancelReason))
 		}
@@ -389,8 +402,27 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 	if o.AmountCents != g.AmountCents {
 		ms = append(ms, with(KindAmountMismatch, "lapse has %d cents, the gateway %d", o.AmountCents, g.AmountCents))
 	}
-	if o.PaymentID != g.PaymentID {
-		ms = append(ms, with(KindPaymentIDMismatch, "lapse has payment %q, the gateway %q", o.PaymentID, g.PaymentID))
+	if lapseID != g.PaymentID {
+		ms = append(ms, with(KindPaymentIDMismatch, "lapse has payment %q, the gateway %q", lapseID, g.PaymentID))
 	}
 	return ms, refund
+}
+
+// refundPaymentID is the payment of o (attempts loaded) recorded as money to
+// give back: the one the gateway names if o has it, else the first; without
+// attempts (flagged before attempts were recorded), o's payment id.
+func refundPaymentID(o order.Order, gatewayID string) string {
+	first := ""
+	for _, p := range o.Payments {
+		if p.Status != order.PaymentRefundRequired {
+			continue
+		}
+		if p.PaymentID == gatewayID {
+			return p.PaymentID
+		}
+		if first == "" {
+			first = p.PaymentID
+		}
+	}
+	return cmp.Or(first, o.PaymentID)
 }

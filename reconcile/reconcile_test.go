@@ -90,7 +90,7 @@ func (w *world) create(id string, amount int64) {
 
 func (w *world) startPayment(id string) {
 	w.t.Helper()
-	if _, err := w.store.StartPayment(w.ctx, id); err != nil {
+	if _, err := w.store.StartPayment(w.ctx, store.StartPaymentParams{OrderID: id}); err != nil {
 		w.t.Fatalf("start payment %s: %v", id, err)
 	}
 }
@@ -104,9 +104,14 @@ func (w *world) paid(id, paymentID string, amount int64, want store.PaymentOutco
 	}
 }
 
+// failed has the gateway report the current attempt of id failed.
 func (w *world) failed(id string) {
 	w.t.Helper()
-	if res, err := w.store.FailPayment(w.ctx, store.PaymentParams{OrderID: id, PaymentID: "attempt-" + id}); err != nil || res.Outcome != store.OutcomeFailed {
+	o, err := w.store.GetOrder(w.ctx, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if res, err := w.store.FailPayment(w.ctx, store.PaymentParams{OrderID: id, PaymentID: o.PaymentID}); err != nil || res.Outcome != store.OutcomeFailed {
 		w.t.Fatalf("fail payment %s: %v, %v", id, err, res.Outcome)
 	}
 }

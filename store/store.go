@@ -28,8 +28,11 @@ var (
 	ErrIdempotencyMismatch = errors.New("store: idempotency key reused with a different request")
 	ErrOrderExpired        = errors.New("store: order expired")
 	ErrNotPending          = errors.New("store: order not pending")
-	ErrAmountMismatch      = errors.New("store: amount does not match the order")
-	ErrInvalidCursor       = errors.New("store: invalid cursor")
+	// ErrAmountMismatch is no longer returned: a payment of another amount is
+	// money to give back (OutcomeRefundRequired). Kept for callers that test it.
+	ErrAmountMismatch = errors.New("store: amount does not match the order")
+	ErrInvalidCursor  = errors.New("store: invalid cursor")
+	ErrPaymentIDUsed  = errors.New("store: payment id already used by another attempt of this order")
 )
 
 // Store is the whole driver contract. It is split into the parts that later
@@ -58,20 +61,31 @@ type Orders interface {
 	// request it returns the existing order and Replayed=true; for a different
 	// request, ErrIdempotencyMismatch.
 	CreateOrder(ctx context.Context, p CreateOrderParams) (CreateOrderResult, error)
-	// GetOrder returns one order or ErrNotFound.
+	// GetOrder returns one order, its payment attempts loaded, or ErrNotFound.
 	GetOrder(ctx context.Context, id string) (order.Order, error)
 	// ListOrders returns a page of orders, newest first.
 	ListOrders(ctx context.Context, p ListOrdersParams) (ListOrdersResult, error)
-	// StartPayment moves a PENDING order whose expires_at is ahead to PAYING.
-	// A PAYING order is returned unchanged. Errors: ErrNotFound,
-	// ErrOrderExpired (PENDING, expired), ErrNotPending (PAID or CANCELLED).
-	StartPayment(ctx context.Context, id string) (order.Order, error)
-	// CompletePayment applies a successful payment: PENDING or PAYING → PAID
-	// with stock committed and order.paid; CANCELLED → refund_required with
-	// order.refund_required. ErrAmountMismatch when the amount differs (nothing changes).
+	// StartPayment starts a payment attempt: a PENDING order whose
+	// expires_at is ahead moves to PAYING with the attempt's payment id (the
+	// one given, or "<order id>-<attempt number>"), and the attempt is
+	// recorded. A PAYING order asked again without a payment id, or with its
+	// current one, is returned unchanged; with another, while expires_at is
+	// ahead, that id becomes the current attempt and the previous one is
+	// SUPERSEDED. Errors: ErrNotFound, ErrOrderExpired, ErrNotPending (PAID
+	// or CANCELLED), ErrPaymentIDUsed (an earlier attempt of the order has it).
+	StartPayment(ctx context.Context, p StartPaymentParams) (order.Order, error)
+	// CompletePayment applies a successful payment of any attempt: PENDING
+	// or PAYING with the order's amount → PAID with that payment id, stock
+	// committed, order.paid. A success that cannot pay the order — already
+	// PAID by another attempt, CANCELLED, or another amount — is money to
+	// give back: the attempt is recorded REFUND_REQUIRED, the order flagged
+	// refund_required and order.refund_required written (naming the payment
+	// and amount). The same success again changes nothing.
 	CompletePayment(ctx context.Context, p PaymentParams) (PaymentResult, error)
-	// FailPayment applies a failed payment: PAYING → PENDING with
-	// payment_attempts incremented. Other statuses are returned unchanged.
+	// FailPayment applies a failed payment: the current attempt of a PAYING
+	// order fails, and the order goes back to PENDING with payment_attempts
+	// incremented. A failure of any other attempt is recorded on it and
+	// changes nothing else (OutcomeNoChange).
 	FailPayment(ctx context.Context, p PaymentParams) (PaymentResult, error)
 	// CancelOrder is the buyer's cancel of a PENDING order: stock released,
 	// order.cancelled written. ErrNotPending otherwise.
@@ -182,16 +196,25 @@ type ListOrdersResult struct {
 	NextCursor string
 }
 
+// StartPaymentParams starts a payment attempt.
+type StartPaymentParams struct {
+	OrderID string
+	// PaymentID is the id the client uses at the gateway for this attempt;
+	// empty: the store assigns "<order id>-<attempt number>".
+	PaymentID string
+}
+
 // PaymentParams is a payment outcome reported by the gateway.
 type PaymentParams struct {
 	OrderID     string
 	PaymentID   string
 	AmountCents int64
-	// CallbackID identifies the callback message that reported it (a digest
-	// of its signature and body), empty when the outcome was learnt by a
-	// query. A second report with the same CallbackID is a replay: it changes
-	// nothing and returns OutcomeReplayed. Stores remember ids for an hour,
-	// longer than the signature's replay window.
+	// CallbackID identifies the signed callback message that reported it
+	// (a digest of its signed timestamp and body, whatever the spelling of
+	// its signature header), empty when the outcome was learnt by a query. A
+	// second report with the same CallbackID is a replay: it changes nothing
+	// and returns OutcomeReplayed. Stores remember ids for an hour, longer
+	// than the signature's replay window.
 	CallbackID string
 }
 
@@ -205,7 +228,7 @@ type PaymentOutcome int
 const (
 	OutcomeNoChange       PaymentOutcome = iota // a duplicate or a report with nothing to do
 	OutcomePaid                                 // PENDING/PAYING → PAID
-	OutcomeRefundRequired                       // CANCELLED, now flagged for refund
+	OutcomeRefundRequired                       // a success that cannot pay the order: flagged for refund
 	OutcomeFailed                               // PAYING → PENDING
 	OutcomeReplayed                             // the same callback again: nothing done
 )

@@ -234,8 +234,10 @@ func TestGatewayRulesEndToEnd(t *testing.T) {
 
 	t.Run("a failed attempt that succeeded on retry at the gateway: PAID", func(t *testing.T) {
 		create("retried", 1)
-		s.call("POST", "/v1/orders/retried/pay", "", 200)
-		m.post("/payments/retried/pay", `{"amount_cents": 700, "outcome": "FAILED"}`, 200)
+		// The client names the attempt with the id it uses at the gateway:
+		// the gateway's FAILED callback then acts on it.
+		s.call("POST", "/v1/orders/retried/pay", `{"payment_id": "retried-card-1"}`, 200)
+		m.post("/payments/retried/pay", `{"amount_cents": 700, "outcome": "FAILED", "payment_id": "retried-card-1"}`, 200)
 		o := s.waitStatus("retried", "PENDING", 5*time.Second) // the FAILED callback arrived
 		if o["payment_attempts"] != 1.0 {
 			t.Fatalf("attempts %v", o["payment_attempts"])

@@ -75,3 +75,14 @@ func Admit(ps []store.CreateOrderParams, st GroupState) (vs []Verdict, take map[
 	}
 	return vs, take
 }
+
+// successSeen reports whether a success that could not pay the order o
+// (locked) was applied before: it is the payment that paid o (one payment,
+// reported again), or an attempt already recorded as money to give back.
+// Anything else is new money.
+func successSeen(o order.Order, prior order.Payment, known bool, p store.PaymentParams) bool {
+	if o.Status == order.Paid && o.PaymentID == p.PaymentID {
+		return true
+	}
+	return known && prior.Status == order.PaymentRefundRequired
+}

@@ -31,6 +31,36 @@ func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, t
 	return nil
 }
 
+// refundEvent writes order.refund_required for o: the order as the API shows
+// it, and the payment to give back ("refund": its payment_id and amount).
+func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.Order, p store.PaymentParams) error {
+	base, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
+	}
+	var payload map[string]json.RawMessage
+	if err := json.Unmarshal(base, &payload); err != nil {
+		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
+	}
+	refund, err := json.Marshal(struct {
+		PaymentID   string `json:"payment_id"`
+		AmountCents int64  `json:"amount_cents"`
+	}{p.PaymentID, p.AmountCents})
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
+	}
+	payload["refund"] = refund
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
+	}
+	e := Effects{Now: now, Type: order.EventRefundRequired, Events: []NewEvent{{ID: uuid.Must(uuid.NewV7()).String(), OrderID: o.ID, Payload: b}}}
+	if err := tx.WriteEffects(ctx, e); err != nil {
+		return fmt.Errorf("write %s effects: %w", order.EventRefundRequired, err)
+	}
+	return nil
+}
+
 // NewEffects describes the effects of a transition of os: the ledger and
 // counters of move, and one event of type typ per order, its payload the
 // order as the API shows it.

@@ -73,15 +73,35 @@ type Executor interface {
 	// ReserveSKU moves qty units of sku from available to locked if there
 	// are that many; ok=false otherwise (or no such SKU).
 	ReserveSKU(ctx context.Context, sku string, qty int64, now time.Time) (ok bool, err error)
-	// StartPayment: PENDING with expires_at > now → PAYING.
-	StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
-	// MarkPaid: PENDING or PAYING with the amount → PAID.
+	// StartPayment: PENDING with expires_at > now → PAYING, payment_id set to
+	// paymentID, or when empty to "<id>-<n>", n = the order's payment rows + 1.
+	StartPayment(ctx context.Context, id, paymentID string, now time.Time) (order.Order, bool, error)
+	// SupersedePayment: PAYING with payment_id = oldID and expires_at > now
+	// → payment_id = newID (still PAYING).
+	SupersedePayment(ctx context.Context, id, oldID, newID string, now time.Time) (order.Order, bool, error)
+	// MarkPaid: PENDING or PAYING with the amount → PAID with p.PaymentID.
 	MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error)
-	// FlagRefund: CANCELLED, not yet flagged, with the amount → refund_required.
-	FlagRefund(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error)
-	// FailPayment: PAYING → PENDING, one more payment attempt. It reads no
-	// clock: a failure reported by a gateway query needs none.
-	FailPayment(ctx context.Context, id string) (order.Order, bool, error)
+	// FlagRefund sets refund_required on an order (the caller holds its row).
+	FlagRefund(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
+	// FailPayment: PAYING whose payment_id is paymentID (or none, an attempt
+	// started before attempts had ids) → PENDING, one more failed attempt.
+	// It reads no clock: a failure learnt by a gateway query needs none.
+	FailPayment(ctx context.Context, id, paymentID string) (order.Order, bool, error)
+
+	// Payments reads the payment attempts of an order, oldest first.
+	Payments(ctx context.Context, orderID string) ([]order.Payment, error)
+	// Payment reads one attempt; ok=false when the order has none by that id.
+	Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error)
+	// InsertPayment records a new attempt; store.ErrPaymentIDUsed when the
+	// order has one by that id.
+	InsertPayment(ctx context.Context, orderID string, p order.Payment) error
+	// SavePayment records an attempt's outcome (Status, AmountCents,
+	// UpdatedAt), inserting it when the order has none by that id (a payment
+	// the gateway reports that lapse never started).
+	SavePayment(ctx context.Context, orderID string, p order.Payment) error
+	// EndPayment moves an open attempt (PENDING or SUPERSEDED) to status;
+	// ok=false when the order has no open attempt by that id.
+	EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error)
 	// BuyerCancel: PENDING → CANCELLED (reason buyer).
 	BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
 	// CancelDue cancels (reason timeout) those of a batch that are due and

@@ -111,11 +111,17 @@ func getOrder(ctx context.Context, e Executor, id string) (order.Order, error) {
 	return os[0], nil
 }
 
-// GetOrder implements store.Orders.
+// GetOrder implements store.Orders: the order, then its payment attempts.
 func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
 	o, err := getOrder(ctx, s.d, id)
+	if err == nil {
+		o.Payments, err = s.d.Payments(ctx, id)
+	}
 	if err != nil {
 		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)
+	}
+	if o.Payments == nil {
+		o.Payments = []order.Payment{}
 	}
 	return o, nil
 }
@@ -143,7 +149,7 @@ func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store
 }
 
 // StartPayment implements store.Orders.
-func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error) {
+func (s *Store) StartPayment(ctx context.Context, p store.StartPaymentParams) (order.Order, error) {
 	var o order.Order
 	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
 		now, err := tx.Now(ctx)
@@ -152,24 +158,58 @@ func (s *Store) StartPayment(ctx context.Context, id string) (order.Order, error
 		}
 		for range 2 {
 			var ok bool
-			if o, ok, err = tx.StartPayment(ctx, id, now); err != nil || ok {
+			if o, ok, err = tx.StartPayment(ctx, p.OrderID, p.PaymentID, now); err != nil {
 				return err
+			}
+			if ok {
+				return tx.InsertPayment(ctx, o.ID, order.Payment{PaymentID: o.PaymentID, Status: order.PaymentPending, CreatedAt: now, UpdatedAt: now})
 			}
 			// The update matched nothing: say why, from the row as it is
 			// now, held so that a second UPDATE cannot lose again.
-			if o, err = tx.LockOrder(ctx, id); err != nil {
+			if o, err = tx.LockOrder(ctx, p.OrderID); err != nil {
 				return err
 			}
-			if err := explainStartMiss(o, now); !errors.Is(err, errTryAgain) {
+			switch err := explainStartMiss(o, now); {
+			case errors.Is(err, errTryAgain):
+				continue
+			case err != nil:
 				return err
 			}
+			// PAYING already.
+			if p.PaymentID == "" || p.PaymentID == o.PaymentID {
+				return nil // the same attempt asked again
+			}
+			o, err = s.supersede(ctx, tx, o, p.PaymentID, now)
+			return err
 		}
 		return fmt.Errorf("order changed while locked")
 	})
 	if err != nil {
-		return o, fmt.Errorf("start payment %s: %w", id, err)
+		return o, fmt.Errorf("start payment %s: %w", p.OrderID, err)
 	}
 	return o, nil
+}
+
+// supersede makes paymentID the current attempt of the PAYING order o
+// (locked): the attempt it replaces is SUPERSEDED — still open at the
+// gateway until closed there, so its success would still be money.
+func (s *Store) supersede(ctx context.Context, tx *Tx, o order.Order, paymentID string, now time.Time) (order.Order, error) {
+	if !o.ExpiresAt.After(now) {
+		return o, store.ErrOrderExpired // a new attempt needs the buyer's window open
+	}
+	next, ok, err := tx.SupersedePayment(ctx, o.ID, o.PaymentID, paymentID, now)
+	if err != nil {
+		return o, err
+	}
+	if !ok {
+		return o, fmt.Errorf("order changed while locked")
+	}
+	if o.PaymentID != "" {
+		if _, err := tx.EndPayment(ctx, o.ID, o.PaymentID, order.PaymentSuperseded, now); err != nil {
+			return o, fmt.Errorf("supersede payment %s: %w", o.PaymentID, err)
+		}
+	}
+	return next, tx.InsertPayment(ctx, o.ID, order.Payment{PaymentID: paymentID, Status: order.PaymentPending, CreatedAt: now, UpdatedAt: now})
 }
 
 // seen records a callback id and reports whether it was applied before (a
@@ -211,30 +251,43 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		if err != nil {
 			return err
 		}
+		done := order.Payment{PaymentID: p.PaymentID, Status: order.PaymentSucceeded, AmountCents: p.AmountCents, CreatedAt: now, UpdatedAt: now}
 		if o, ok, err := tx.MarkPaid(ctx, p, now); err != nil || ok {
 			if err == nil {
 				res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
+				err = tx.SavePayment(ctx, o.ID, done)
+			}
+			if err == nil {
 				err = s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o)
 			}
 			return err
 		}
-		// PAID and CANCELLED are final, so what follows sees a settled status.
-		if o, ok, err := tx.FlagRefund(ctx, p, now); err != nil || ok {
-			if err == nil {
-				res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
-				err = s.effects(ctx, tx, now, MoveNone, order.EventRefundRequired, o)
-			}
+		// It cannot pay the order. Decide from the order as it is, held.
+		o, err := tx.LockOrder(ctx, p.OrderID)
+		if err != nil {
 			return err
 		}
-		o, err := getOrder(ctx, tx, p.OrderID)
+		prior, known, err := tx.Payment(ctx, o.ID, p.PaymentID)
 		if err != nil {
 			return err
 		}
 		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		if o.AmountCents != p.AmountCents {
-			return store.ErrAmountMismatch
+		if successSeen(o, prior, known, p) {
+			return nil // the same success again
 		}
-		return nil
+		done.Status = order.PaymentRefundRequired
+		if err := tx.SavePayment(ctx, o.ID, done); err != nil {
+			return err
+		}
+		o, ok, err := tx.FlagRefund(ctx, o.ID, now)
+		if err == nil && !ok {
+			err = fmt.Errorf("order changed while locked")
+		}
+		if err != nil {
+			return err
+		}
+		res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
+		return s.refundEvent(ctx, tx, now, o, p)
 	})
 	if err != nil {
 		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
@@ -253,16 +306,27 @@ func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.P
 			}
 			return err
 		}
-		o, ok, err := tx.FailPayment(ctx, p.OrderID)
+		o, ok, err := tx.FailPayment(ctx, p.OrderID, p.PaymentID)
 		if err != nil {
 			return err
 		}
-		if ok {
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
+		res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
+		if !ok {
+			// Not the current attempt: recorded on the attempt, if open,
+			// and nothing else moves.
+			if o, err = getOrder(ctx, tx, p.OrderID); err != nil {
+				return err
+			}
+			res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+		}
+		if p.PaymentID == "" {
 			return nil
 		}
-		o, err = getOrder(ctx, tx, p.OrderID)
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.EndPayment(ctx, p.OrderID, p.PaymentID, order.PaymentFailed, now)
 		return err
 	})
 	if err != nil {

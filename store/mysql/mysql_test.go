@@ -276,7 +276,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = paid_at WHERE status = 'PAID'`},
 		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
 			cancelled_at = cancel_after - INTERVAL 1000 MICROSECOND WHERE id = 'open'`},
-		{Check: "refund_only_when_cancelled", SQL: `UPDATE orders SET refund_required = TRUE WHERE status = 'PAID'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = TRUE WHERE status = 'PAID'`},
 		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
 		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = '2000-01-01 00:00:00' WHERE id = 'open'`},
 	}
@@ -317,7 +317,7 @@ func TestDatabaseClockDecides(t *testing.T) {
 	if !o.CancelAfter.Equal(o.CreatedAt) {
 		t.Fatalf("cancel_after %v, want created_at %v", o.CancelAfter, o.CreatedAt)
 	}
-	if _, err := s.StartPayment(ctx, "now"); !errors.Is(err, store.ErrOrderExpired) {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "now"}); !errors.Is(err, store.ErrOrderExpired) {
 		t.Fatalf("start payment at expires_at by the database's clock: err = %v, want ErrOrderExpired", err)
 	}
 	due, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"now"}})

@@ -226,8 +226,13 @@ func (e executor) transition(ctx context.Context, id, query string, a ...any) (o
 }
 
 // StartPayment implements core.Executor.
-func (e executor) StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
-	return e.transition(ctx, id, q.Get("start_payment"), id, now)
+func (e executor) StartPayment(ctx context.Context, id, paymentID string, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("start_payment"), paymentID, paymentID, id, id, now)
+}
+
+// SupersedePayment implements core.Executor.
+func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("supersede_payment"), newID, id, oldID, oldID, now)
 }
 
 // MarkPaid implements core.Executor.
@@ -236,13 +241,69 @@ func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.
 }
 
 // FlagRefund implements core.Executor. The flag records no time.
-func (e executor) FlagRefund(ctx context.Context, p store.PaymentParams, _ time.Time) (order.Order, bool, error) {
-	return e.transition(ctx, p.OrderID, q.Get("flag_refund"), p.PaymentID, p.OrderID, p.AmountCents)
+func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("flag_refund"), id)
 }
 
 // FailPayment implements core.Executor.
-func (e executor) FailPayment(ctx context.Context, id string) (order.Order, bool, error) {
-	return e.transition(ctx, id, q.Get("fail_payment"), id)
+func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("fail_payment"), id, paymentID)
+}
+
+// payments runs a query returning payment rows.
+func (e executor) payments(ctx context.Context, query string, a ...any) ([]order.Payment, error) {
+	rows, err := e.db.QueryContext(ctx, query, a...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []order.Payment
+	for rows.Next() {
+		var p order.Payment
+		var status string
+		if err := rows.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt); err != nil {
+			return nil, err
+		}
+		p.Status = order.PaymentStatus(status)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Payments implements core.Executor.
+func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
+	return e.payments(ctx, q.Get("get_payments"), orderID)
+}
+
+// Payment implements core.Executor.
+func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
+	ps, err := e.payments(ctx, q.Get("get_payment"), orderID, paymentID)
+	if err != nil || len(ps) == 0 {
+		return order.Payment{}, false, err
+	}
+	return ps[0], true, nil
+}
+
+// InsertPayment implements core.Executor. A duplicate key fails only the
+// INSERT, not the transaction (which the core ends).
+func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
+	_, err := e.db.ExecContext(ctx, q.Get("insert_payment"), orderID, p.PaymentID, string(p.Status), p.AmountCents,
+		p.CreatedAt, p.CreatedAt)
+	return interpretError(err, store.ErrPaymentIDUsed)
+}
+
+// SavePayment implements core.Executor.
+func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
+	status := string(p.Status)
+	_, err := e.db.ExecContext(ctx, q.Get("save_payment"), orderID, p.PaymentID, status, p.AmountCents,
+		p.UpdatedAt, p.UpdatedAt, status, p.AmountCents, p.UpdatedAt)
+	return err
+}
+
+// EndPayment implements core.Executor.
+func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error) {
+	n, err := e.affected(ctx, q.Get("end_payment"), string(status), now, orderID, paymentID)
+	return n == 1, err
 }
 
 // BuyerCancel implements core.Executor.

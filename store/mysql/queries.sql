@@ -132,9 +132,19 @@ SET s.locked = s.locked - r.qty, s.sold = s.sold + r.qty, s.updated_at = ?;
 INSERT INTO outbox (event_id, type, order_id, payload, created_at) VALUES /*each*/(?, ?, ?, ?, ?);
 
 -- name: start_payment
--- Params: id, now.
-UPDATE orders SET status = 'PAYING', version = version + 1
+-- Params: the attempt's payment id (twice), id, id, now. An empty payment id
+-- gives "<id>-<n>", n the order's attempts so far + 1.
+UPDATE orders SET status = 'PAYING', version = version + 1,
+    payment_id = CASE WHEN ? != '' THEN ?
+                      ELSE CONCAT(id, '-', (SELECT COUNT(*) FROM payments WHERE order_id = ?) + 1) END
 WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
+
+-- name: supersede_payment
+-- Params: the new payment id, id, the current payment id (twice: '' is an
+-- attempt started before attempts had ids, NULL here), now.
+UPDATE orders SET payment_id = ?, version = version + 1
+WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR (payment_id IS NULL AND ? = ''))
+  AND expires_at > ?;
 
 -- name: callback_seen
 -- Params: callback id, order id, now. Remember a callback; no row inserted
@@ -152,14 +162,47 @@ UPDATE orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = versio
 WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ?;
 
 -- name: flag_refund
--- Params: payment id, order id, amount.
-UPDATE orders SET refund_required = TRUE, payment_id = ?, version = version + 1
-WHERE id = ? AND status = 'CANCELLED' AND refund_required = FALSE AND amount_cents = ?;
+-- Param: id. The caller decided under the row's lock that a payment must be
+-- given back.
+UPDATE orders SET refund_required = TRUE, version = version + 1
+WHERE id = ?;
 
 -- name: fail_payment
--- Param: id.
+-- Params: id, the failed attempt's payment id: only the current attempt moves
+-- the order (an order PAYING since before attempts had ids has none).
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
-WHERE id = ? AND status = 'PAYING';
+WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR payment_id IS NULL);
+
+-- name: get_payments
+-- Param: order id. Oldest first.
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = ? ORDER BY created_at, payment_id;
+
+-- name: get_payment
+-- Params: order id, payment id.
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = ? AND payment_id = ?;
+
+-- name: insert_payment
+-- Params: order id, payment id, status, amount, created_at (twice: it is the
+-- updated_at too). A duplicate key is a payment id an earlier attempt of the
+-- order had.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: save_payment
+-- Params: order id, payment id, status, amount, now (created_at), now
+-- (updated_at), then for an attempt already recorded status, amount, now. An
+-- attempt lapse never started (reported by the gateway) is inserted.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE status = ?, amount_cents = ?, updated_at = ?;
+
+-- name: end_payment
+-- Params: the status it ends in, now, order id, payment id: only an open
+-- attempt (PENDING, SUPERSEDED) ends.
+UPDATE payments SET status = ?, updated_at = ?
+WHERE order_id = ? AND payment_id = ? AND status IN ('PENDING', 'SUPERSEDED');
 
 -- name: buyer_cancel
 -- Params: now, id.

@@ -50,13 +50,18 @@ WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
 SELECT 'order ' || id || ': cancelled for timeout at ' || cancelled_at || ' before cancel_after ' || cancel_after AS detail
 FROM orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
--- name: refund_only_when_cancelled
-SELECT 'order ' || id || ' (' || status || ') flagged refund_required' AS detail
-FROM orders WHERE refund_required AND status <> 'CANCELLED';
+-- name: refund_matches_payments
+-- refund_required exactly when an attempt's success is money to give back.
+SELECT 'order ' || o.id || ' (' || o.status || '): refund_required ' || o.refund_required
+       || ', payments to refund ' || COALESCE(r.n, 0) AS detail
+FROM orders o
+LEFT JOIN (SELECT order_id, count(*) AS n FROM payments WHERE status = 'REFUND_REQUIRED' GROUP BY order_id) r
+       ON r.order_id = o.id
+WHERE o.refund_required <> (r.n IS NOT NULL);
 
 -- name: events_once_per_transition
 -- order.created once per order, order.paid once per PAID order, order.cancelled
--- once per CANCELLED order, order.refund_required once per flagged order, and none elsewhere.
+-- once per CANCELLED order, order.refund_required once per payment to give back, and none elsewhere.
 SELECT 'order ' || o.id || ' (' || o.status || '): created ' || COALESCE(e.created, 0) || ', paid '
        || COALESCE(e.paid, 0) || ', cancelled ' || COALESCE(e.cancelled, 0) || ', refund_required '
        || COALESCE(e.refund, 0) AS detail
@@ -67,10 +72,12 @@ LEFT JOIN (SELECT order_id,
                   count(*) FILTER (WHERE type = 'order.cancelled') AS cancelled,
                   count(*) FILTER (WHERE type = 'order.refund_required') AS refund
            FROM outbox GROUP BY order_id) e ON e.order_id = o.id
+LEFT JOIN (SELECT order_id, count(*) AS n FROM payments WHERE status = 'REFUND_REQUIRED' GROUP BY order_id) r
+       ON r.order_id = o.id
 WHERE COALESCE(e.created, 0) <> 1
    OR COALESCE(e.paid, 0) <> (o.status = 'PAID')::int
    OR COALESCE(e.cancelled, 0) <> (o.status = 'CANCELLED')::int
-   OR COALESCE(e.refund, 0) <> o.refund_required::int;
+   OR COALESCE(e.refund, 0) <> COALESCE(r.n, 0);
 
 -- name: pending_past_deadline
 SELECT 'order ' || id || ': PENDING, cancel_after ' || cancel_after || ' is '

@@ -112,8 +112,9 @@ func (d *driver) Class(err error) core.ErrorClass {
 	return core.ClassRefused
 }
 
-// interpretError maps the database's errors to lapse's sentinels; any other
-// error is returned as it is. A mapped server error stays in the chain, so
+// interpretError maps the database's errors to lapse's sentinels (a
+// duplicate order id, a payment id the order already used, a second ledger
+// row); any other error is returned as it is. A mapped server error stays in the chain, so
 // Class still sees that the server refused the statement (a group holding an
 // existing order id falls back to lone creates).
 func interpretError(err error) error {
@@ -127,6 +128,8 @@ func interpretError(err error) error {
 	switch pe.ConstraintName {
 	case "orders_pkey":
 		return refused{store.ErrOrderExists, err}
+	case "payments_pkey":
+		return refused{store.ErrPaymentIDUsed, err}
 	case "stock_ledger_pkey":
 		return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)
 	}

@@ -165,8 +165,13 @@ func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 }
 
 // StartPayment implements core.Executor.
-func (e executor) StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
-	return e.one(ctx, id, "start_payment", id, now)
+func (e executor) StartPayment(ctx context.Context, id, paymentID string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "start_payment", id, now, paymentID)
+}
+
+// SupersedePayment implements core.Executor.
+func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "supersede_payment", id, oldID, newID, now)
 }
 
 // MarkPaid implements core.Executor.
@@ -175,13 +180,65 @@ func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.
 }
 
 // FlagRefund implements core.Executor.
-func (e executor) FlagRefund(ctx context.Context, p store.PaymentParams, _ time.Time) (order.Order, bool, error) {
-	return e.one(ctx, p.OrderID, "flag_refund", p.OrderID, p.PaymentID, p.AmountCents)
+func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "flag_refund", id)
 }
 
 // FailPayment implements core.Executor.
-func (e executor) FailPayment(ctx context.Context, id string) (order.Order, bool, error) {
-	return e.one(ctx, id, "fail_payment", id)
+func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.Order, bool, error) {
+	return e.one(ctx, id, "fail_payment", id, paymentID)
+}
+
+// scanPayment reads the column list of get_payments and get_payment.
+func scanPayment(row pgx.CollectableRow) (order.Payment, error) {
+	var p order.Payment
+	var status string
+	err := row.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt)
+	p.Status, p.CreatedAt, p.UpdatedAt = order.PaymentStatus(status), p.CreatedAt.UTC(), p.UpdatedAt.UTC()
+	return p, err
+}
+
+// payments runs the named query returning payment rows.
+func (e executor) payments(ctx context.Context, name string, args ...any) ([]order.Payment, error) {
+	rows, err := e.db.Query(ctx, q.Get(name), args...)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	ps, err := pgx.CollectRows(rows, scanPayment)
+	return ps, interpretError(err)
+}
+
+// Payments implements core.Executor.
+func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
+	return e.payments(ctx, "get_payments", orderID)
+}
+
+// Payment implements core.Executor.
+func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
+	ps, err := e.payments(ctx, "get_payment", orderID, paymentID)
+	if err != nil || len(ps) == 0 {
+		return order.Payment{}, false, err
+	}
+	return ps[0], true, nil
+}
+
+// InsertPayment implements core.Executor: an id the order already used
+// violates payments_pkey, which interpretError reads as store.ErrPaymentIDUsed.
+func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
+	_, err := e.exec(ctx, "insert_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.CreatedAt)
+	return err
+}
+
+// SavePayment implements core.Executor.
+func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
+	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.UpdatedAt)
+	return err
+}
+
+// EndPayment implements core.Executor.
+func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error) {
+	tag, err := e.exec(ctx, "end_payment", orderID, paymentID, string(status), now)
+	return tag.RowsAffected() == 1, err
 }
 
 // BuyerCancel implements core.Executor.

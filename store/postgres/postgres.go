@@ -11,8 +11,10 @@
 //     that clock; without one, against the database's clock, read once at the
 //     start of each transaction, so instances whose clocks drift can fire a
 //     timer early but never cancel an order early.
-//   - Every transition is one conditional UPDATE … RETURNING in a READ
-//     COMMITTED transaction; the row it returns, or its absence, decides.
+//   - Every status transition is one conditional UPDATE … RETURNING in a
+//     READ COMMITTED transaction; the row it returns, or its absence,
+//     decides. A payment success that cannot pay the order is judged on the
+//     order's row held FOR UPDATE.
 //   - Claim mode takes due orders with FOR UPDATE SKIP LOCKED on the
 //     (status, cancel_after) index, so any number of instances sweep at once
 //     without taking the same rows or waiting for each other.

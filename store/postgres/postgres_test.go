@@ -267,7 +267,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = now() WHERE status = 'PAID'`},
 		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
 			cancelled_at = cancel_after - interval '1 millisecond' WHERE id = 'open'`},
-		{Check: "refund_only_when_cancelled", SQL: `UPDATE orders SET refund_required = true WHERE status = 'PAID'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = true WHERE status = 'PAID'`},
 		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
 		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = 'epoch' WHERE id = 'open'`},
 	}
@@ -329,7 +329,7 @@ func TestDatabaseClockDecides(t *testing.T) {
 	if got, err := s.GetOrder(ctx, "due"); err != nil || !got.CancelledAt.Equal(res.Now) {
 		t.Fatalf("stored cancelled_at %v, reported now %v (%v)", got.CancelledAt, res.Now, err)
 	}
-	if _, err := s.StartPayment(ctx, "later"); err != nil {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "later"}); err != nil {
 		t.Fatalf("start payment an hour before expiry: %v", err)
 	}
 	create("claimed", 0)

@@ -4,8 +4,9 @@
 -- ids are one array parameter (= ANY($n::text[]), unnest), so every statement
 -- is static text whatever the batch size.
 --
--- Every state change is one conditional UPDATE; its RETURNING rows (or their
--- absence) decide who won.
+-- Every change of an order's status is one conditional UPDATE; its RETURNING
+-- rows (or their absence) decide who won. A success that cannot pay the order
+-- is decided by the core on the row held by lock_order (flag_refund).
 
 -- name: db_now
 -- The database's clock, for a store configured without one: every instance
@@ -179,8 +180,20 @@ FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e (id, order_
 ORDER BY e.n;
 
 -- name: start_payment
-UPDATE orders SET status = 'PAYING', version = version + 1
+-- $1 id, $2 now, $3 the attempt's payment id, or '' for "<id>-<n>" (n: the
+-- order's attempts so far + 1).
+UPDATE orders SET status = 'PAYING', version = version + 1,
+    payment_id = CASE WHEN $3::text <> '' THEN $3::text
+                      ELSE id || '-' || ((SELECT count(*) FROM payments WHERE order_id = $1) + 1) END
 WHERE id = $1 AND status = 'PENDING' AND expires_at > $2
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: supersede_payment
+-- $1 id, $2 the current payment id ('' for none: an order PAYING since before
+-- attempts had ids), $3 the new one, $4 now.
+UPDATE orders SET payment_id = $3, version = version + 1
+WHERE id = $1 AND status = 'PAYING' AND COALESCE(payment_id, '') = $2 AND expires_at > $4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
@@ -195,22 +208,56 @@ ON CONFLICT (callback_id) DO NOTHING;
 DELETE FROM payment_callbacks WHERE seen_at < $1;
 
 -- name: mark_paid
+-- $1 id, $2 now, $3 the paying attempt's payment id, $4 the amount reported:
+-- another amount leaves the order as it is.
 UPDATE orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
 WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
 -- name: flag_refund
-UPDATE orders SET refund_required = true, payment_id = $2, version = version + 1
-WHERE id = $1 AND status = 'CANCELLED' AND NOT refund_required AND amount_cents = $3
+-- $1 id. The caller decided under the row's lock that a payment must be given back.
+UPDATE orders SET refund_required = true, version = version + 1
+WHERE id = $1
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
 -- name: fail_payment
+-- $1 id, $2 the failed attempt's payment id: only the current attempt moves
+-- the order (an order PAYING since before attempts had ids has none).
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
-WHERE id = $1 AND status = 'PAYING'
+WHERE id = $1 AND status = 'PAYING' AND (payment_id = $2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: get_payments
+-- The attempts of order $1, oldest first (ties in payment id byte order).
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = $1 ORDER BY created_at, payment_id COLLATE "C";
+
+-- name: get_payment
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = $1 AND payment_id = $2;
+
+-- name: insert_payment
+-- $1 order id, $2 payment id, $3 status, $4 amount, $5 created_at = updated_at.
+-- An id the order already used violates payments_pkey (store.ErrPaymentIDUsed).
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5);
+
+-- name: save_payment
+-- An attempt's outcome ($3 status, $4 amount, $5 now); an attempt lapse never
+-- started (reported by the gateway) is inserted.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5)
+ON CONFLICT (order_id, payment_id) DO UPDATE SET
+    status = excluded.status, amount_cents = excluded.amount_cents, updated_at = excluded.updated_at;
+
+-- name: end_payment
+-- $1 order id, $2 payment id, $3 the status it ends in, $4 now: only an open
+-- attempt (PENDING, SUPERSEDED) ends.
+UPDATE payments SET status = $3, updated_at = $4
+WHERE order_id = $1 AND payment_id = $2 AND status IN ('PENDING', 'SUPERSEDED');
 
 -- name: buyer_cancel
 UPDATE orders SET status = 'CANCELLED', cancelled_at = $2, cancel_reason = 'buyer', version = version + 1

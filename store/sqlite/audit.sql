@@ -48,13 +48,17 @@ WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
 SELECT 'order ' || id || ': cancelled for timeout at ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancelled_at / 1000.0, 'unixepoch') || ' before cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') AS detail
 FROM orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
--- name: refund_only_when_cancelled
-SELECT 'order ' || id || ' (' || status || ') flagged refund_required' AS detail
-FROM orders WHERE refund_required != 0 AND status != 'CANCELLED';
+-- name: refund_matches_payments
+-- refund_required exactly when an attempt's success is money to give back.
+SELECT 'order ' || o.id || ' (' || o.status || '): refund_required ' || o.refund_required
+       || ', payments to refund ' || COUNT(p.payment_id) AS detail
+FROM orders o LEFT JOIN payments p ON p.order_id = o.id AND p.status = 'REFUND_REQUIRED'
+GROUP BY o.id, o.status, o.refund_required
+HAVING (o.refund_required != 0) != (COUNT(p.payment_id) > 0);
 
 -- name: events_once_per_transition
 -- order.created once per order, order.paid once per PAID order, order.cancelled
--- once per CANCELLED order, order.refund_required once per flagged order, and none elsewhere.
+-- once per CANCELLED order, order.refund_required once per payment to give back, and none elsewhere.
 SELECT 'order ' || o.id || ' (' || o.status || '): created ' || COALESCE(e.created, 0) || ', paid '
        || COALESCE(e.paid, 0) || ', cancelled ' || COALESCE(e.cancelled, 0) || ', refund_required '
        || COALESCE(e.refund, 0) AS detail
@@ -66,7 +70,7 @@ LEFT JOIN (SELECT order_id,
 WHERE COALESCE(e.created, 0) != 1
    OR COALESCE(e.paid, 0) != (o.status = 'PAID')
    OR COALESCE(e.cancelled, 0) != (o.status = 'CANCELLED')
-   OR COALESCE(e.refund, 0) != (o.refund_required != 0);
+   OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM payments p WHERE p.order_id = o.id AND p.status = 'REFUND_REQUIRED');
 
 -- name: pending_past_deadline
 SELECT 'order ' || id || ': PENDING, cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - cancel_after)

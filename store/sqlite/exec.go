@@ -330,8 +330,13 @@ func (e executor) ReserveSKU(ctx context.Context, sku string, qty int64, now tim
 }
 
 // StartPayment implements core.Executor.
-func (e executor) StartPayment(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
-	return e.one(ctx, "start_payment", id, ms(now))
+func (e executor) StartPayment(ctx context.Context, id, paymentID string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, "start_payment", id, ms(now), paymentID)
+}
+
+// SupersedePayment implements core.Executor.
+func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, "supersede_payment", id, oldID, newID, ms(now))
 }
 
 // MarkPaid implements core.Executor.
@@ -340,13 +345,69 @@ func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.
 }
 
 // FlagRefund implements core.Executor.
-func (e executor) FlagRefund(ctx context.Context, p store.PaymentParams, _ time.Time) (order.Order, bool, error) {
-	return e.one(ctx, "flag_refund", p.OrderID, p.PaymentID, p.AmountCents)
+func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
+	return e.one(ctx, "flag_refund", id)
 }
 
 // FailPayment implements core.Executor.
-func (e executor) FailPayment(ctx context.Context, id string) (order.Order, bool, error) {
-	return e.one(ctx, "fail_payment", id)
+func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.Order, bool, error) {
+	return e.one(ctx, "fail_payment", id, paymentID)
+}
+
+// payments runs a query returning payment rows.
+func (e executor) payments(ctx context.Context, name string, args ...any) ([]order.Payment, error) {
+	rows, err := e.db.QueryContext(ctx, q.Get(name), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []order.Payment
+	for rows.Next() {
+		var p order.Payment
+		var status string
+		var created, updated int64
+		if err := rows.Scan(&p.PaymentID, &status, &p.AmountCents, &created, &updated); err != nil {
+			return nil, err
+		}
+		p.Status, p.CreatedAt, p.UpdatedAt = order.PaymentStatus(status), fromMS(created), fromMS(updated)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Payments implements core.Executor.
+func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
+	return e.payments(ctx, "get_payments", orderID)
+}
+
+// Payment implements core.Executor.
+func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
+	ps, err := e.payments(ctx, "get_payment", orderID, paymentID)
+	if err != nil || len(ps) == 0 {
+		return order.Payment{}, false, err
+	}
+	return ps[0], true, nil
+}
+
+// InsertPayment implements core.Executor.
+func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
+	_, err := e.exec(ctx, "insert_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, ms(p.CreatedAt))
+	if isUniqueViolation(err) {
+		return store.ErrPaymentIDUsed
+	}
+	return err
+}
+
+// SavePayment implements core.Executor.
+func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
+	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, ms(p.UpdatedAt))
+	return err
+}
+
+// EndPayment implements core.Executor.
+func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error) {
+	n, err := e.exec(ctx, "end_payment", orderID, paymentID, string(status), ms(now))
+	return n == 1, err
 }
 
 // BuyerCancel implements core.Executor.

@@ -77,8 +77,21 @@ ON CONFLICT (callback_id) DO NOTHING;
 DELETE FROM payment_callbacks WHERE seen_at < ?1;
 
 -- name: start_payment
-UPDATE orders SET status = 'PAYING', version = version + 1
+-- ?1 id, ?2 now, ?3 the attempt's payment id, or '' for "<id>-<n>" (n: the
+-- order's attempts so far + 1).
+UPDATE orders SET status = 'PAYING', version = version + 1,
+    payment_id = CASE WHEN ?3 != '' THEN ?3
+                      ELSE id || '-' || ((SELECT COUNT(*) FROM payments WHERE order_id = ?1) + 1) END
 WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?2
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+
+-- name: supersede_payment
+-- ?1 id, ?2 the current payment id ('' for an order PAYING since before
+-- attempts had ids: its payment_id is NULL), ?3 the new one, ?4 now.
+UPDATE orders SET payment_id = ?3, version = version + 1
+WHERE id = ?1 AND status = 'PAYING' AND expires_at > ?4
+  AND (payment_id = ?2 OR (payment_id IS NULL AND ?2 = ''))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
@@ -89,14 +102,17 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
 -- name: flag_refund
-UPDATE orders SET refund_required = 1, payment_id = ?2, version = version + 1
-WHERE id = ?1 AND status = 'CANCELLED' AND refund_required = 0 AND amount_cents = ?3
+-- ?1 id. The caller decided under the row's lock that a payment must be given back.
+UPDATE orders SET refund_required = 1, version = version + 1
+WHERE id = ?1
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
 -- name: fail_payment
+-- ?1 id, ?2 the failed attempt's payment id: only the current attempt moves
+-- the order (an order PAYING since before attempts had ids has none).
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
-WHERE id = ?1 AND status = 'PAYING'
+WHERE id = ?1 AND status = 'PAYING' AND (payment_id = ?2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
 
@@ -183,3 +199,30 @@ RELEASE create_order;
 -- took it (its order is replayed, or the key refused).
 INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (key) DO NOTHING;
+
+-- name: get_payments
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = ?1 ORDER BY created_at, payment_id;
+
+-- name: get_payment
+SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+WHERE order_id = ?1 AND payment_id = ?2;
+
+-- name: insert_payment
+-- ?1 order id, ?2 payment id, ?3 status, ?4 amount, ?5 created_at = updated_at.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?5);
+
+-- name: save_payment
+-- An attempt's outcome; an attempt lapse never started (reported by the
+-- gateway) is inserted.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+ON CONFLICT (order_id, payment_id) DO UPDATE SET
+    status = excluded.status, amount_cents = excluded.amount_cents, updated_at = excluded.updated_at;
+
+-- name: end_payment
+-- ?1 order id, ?2 payment id, ?3 the status it ends in, ?4 now: only an open
+-- attempt (PENDING, SUPERSEDED) ends.
+UPDATE payments SET status = ?3, updated_at = ?4
+WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');

@@ -78,7 +78,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 		{Check: "ledger_matches_status", SQL: `DELETE FROM stock_ledger WHERE action = 'reserve'`},
 		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = 1 WHERE status = 'PAID'`},
 		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout', cancelled_at = cancel_after - 1 WHERE id = 'open'`},
-		{Check: "refund_only_when_cancelled", SQL: `UPDATE orders SET refund_required = 1 WHERE status = 'PAID'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = 1 WHERE status = 'PAID'`},
 		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
 		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = 0 WHERE id = 'open'`},
 	}

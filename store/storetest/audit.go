@@ -31,7 +31,7 @@ func AuditCatches(t *testing.T, newStore Factory, exec Exec, corruptions []Corru
 			Stock(t, s, 5, "a")
 			Create(t, s, "open", "a")
 			Create(t, s, "paid", "a")
-			if _, err := s.StartPayment(ctx, "paid"); err != nil {
+			if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "paid"}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "p", AmountCents: 1000}); err != nil {

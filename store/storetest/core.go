@@ -104,7 +104,7 @@ func testStartRacingFail(t *testing.T, newStore Factory) {
 	for i := range rounds {
 		id := fmt.Sprintf("sf-%02d", i)
 		Create(t, s, id, "race")
-		if _, err := s.StartPayment(ctx, id); err != nil {
+		if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -112,11 +112,11 @@ func testStartRacingFail(t *testing.T, newStore Factory) {
 		var startErr, failErr error
 		wg.Go(func() {
 			<-start
-			_, failErr = s.FailPayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p1", AmountCents: 1000})
+			_, failErr = s.FailPayment(ctx, store.PaymentParams{OrderID: id, PaymentID: id + "-1", AmountCents: 1000})
 		})
 		wg.Go(func() {
 			<-start
-			_, startErr = s.StartPayment(ctx, id)
+			_, startErr = s.StartPayment(ctx, store.StartPaymentParams{OrderID: id})
 		})
 		close(start)
 		wg.Wait()

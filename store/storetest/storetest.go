@@ -11,6 +11,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("idempotency keys replay the same order and reserve once", func(t *testing.T) { testIdempotency(t, newStore) })
 	t.Run("creates sent at once are answered as if alone", func(t *testing.T) { testConcurrentCreates(t, newStore) })
 	t.Run("start payment needs expires_at ahead", func(t *testing.T) { testStartPaymentExpiry(t, newStore) })
-	t.Run("a payment with another amount changes nothing", func(t *testing.T) { testAmountMismatch(t, newStore) })
+	t.Run("a payment with another amount is money to give back", func(t *testing.T) { testAmountMismatch(t, newStore) })
 	t.Run("cancel due honours cancel_after and payment attempts", func(t *testing.T) { testCancelDueGuards(t, newStore) })
 	t.Run("cancel due handles batches of 200 in one call", func(t *testing.T) { testCancelDueBatch(t, newStore) })
 	t.Run("claim mode takes due orders earliest first, honouring lag", func(t *testing.T) { testClaim(t, newStore) })
@@ -62,6 +63,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("a second start payment racing the first attempt's failure is never expired", func(t *testing.T) { testStartRacingFail(t, newStore) })
 	t.Run("a retried create of the order that took the last unit is order_exists, alone or grouped", func(t *testing.T) { testGroupAnswersAsAlone(t, newStore) })
 	t.Run("creates, buyer cancels and timeouts on shared SKUs never deadlock", func(t *testing.T) { testNoDeadlocks(t, newStore) })
+	t.Run("payment attempts: each report acts on the attempt it names", func(t *testing.T) { testPaymentAttempts(t, newStore) })
 }
 
 // Create places an order of qty 1 per SKU with the suite's timeout and grace.
@@ -138,13 +140,22 @@ func get(t testing.TB, s store.Store, id string) order.Order {
 func apply(ctx context.Context, s store.Store, id string, a order.Action) (store.PaymentOutcome, error) {
 	switch a {
 	case order.ActStartPayment:
-		_, err := s.StartPayment(ctx, id)
+		_, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id})
 		return 0, err
-	case order.ActPaymentSucceeded:
-		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "pay-" + id, AmountCents: 1000})
-		return res.Outcome, err
-	case order.ActPaymentFailed:
-		res, err := s.FailPayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "fail-" + id, AmountCents: 1000})
+	case order.ActPaymentSucceeded, order.ActPaymentFailed:
+		// The report is of the order's current attempt (or, for a PAID order,
+		// of the payment that paid it: a duplicate).
+		o, err := s.GetOrder(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		p := store.PaymentParams{OrderID: id, PaymentID: cmp.Or(o.PaymentID, "pay-"+id), AmountCents: 1000}
+		var res store.PaymentResult
+		if a == order.ActPaymentSucceeded {
+			res, err = s.CompletePayment(ctx, p)
+		} else {
+			res, err = s.FailPayment(ctx, p)
+		}
 		return res.Outcome, err
 	case order.ActBuyerCancel:
 		_, err := s.CancelOrder(ctx, id)
@@ -163,9 +174,9 @@ func into(t testing.TB, s store.Store, id string, status order.Status) {
 	var err error
 	switch status {
 	case order.Paying:
-		_, err = s.StartPayment(ctx, id)
+		_, err = s.StartPayment(ctx, store.StartPaymentParams{OrderID: id})
 	case order.Paid:
-		if _, err = s.StartPayment(ctx, id); err == nil {
+		if _, err = s.StartPayment(ctx, store.StartPaymentParams{OrderID: id}); err == nil {
 			_, err = s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "first-" + id, AmountCents: 1000})
 		}
 	case order.Cancelled:
@@ -369,24 +380,27 @@ func testStartPaymentExpiry(t *testing.T, newStore Factory) {
 	o := Create(t, s, "exp", "a")
 	Create(t, s, "exp2", "a")
 	clk.Set(o.ExpiresAt.Add(-time.Millisecond))
-	if _, err := s.StartPayment(ctx, "exp"); err != nil {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "exp"}); err != nil {
 		t.Fatalf("1 ms before expiry: %v", err)
 	}
 	clk.Set(o.ExpiresAt) // expires_at > now is false
-	if _, err := s.StartPayment(ctx, "exp2"); !errors.Is(err, store.ErrOrderExpired) {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "exp2"}); !errors.Is(err, store.ErrOrderExpired) {
 		t.Fatalf("at expiry: err = %v, want ErrOrderExpired", err)
 	}
 	if got := get(t, s, "exp2"); got.Status != order.Pending || got.Version != 1 {
 		t.Fatalf("expired start changed the order: %+v", got)
 	}
-	if _, err := s.StartPayment(ctx, "exp"); err != nil {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "exp"}); err != nil {
 		t.Fatalf("already PAYING after expiry must answer as before: %v", err)
 	}
-	if _, err := s.StartPayment(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "missing"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown order: err = %v, want ErrNotFound", err)
 	}
 }
 
+// A success of another amount than the order's cannot pay it, in any
+// status; the money exists, so it is recorded and flagged for a refund —
+// never dropped, never a silent no-change — and the status stays.
 func testAmountMismatch(t *testing.T, newStore Factory) {
 	s := newStore(t, clock.NewFake(t0))
 	ctx := context.Background()
@@ -396,12 +410,20 @@ func testAmountMismatch(t *testing.T, newStore Factory) {
 		Create(t, s, id, "a")
 		into(t, s, id, st)
 		before := get(t, s, id)
-		_, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p", AmountCents: 999})
-		if !errors.Is(err, store.ErrAmountMismatch) {
-			t.Fatalf("%s: err = %v, want ErrAmountMismatch", st, err)
+		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p", AmountCents: 999})
+		if err != nil || res.Outcome != store.OutcomeRefundRequired {
+			t.Fatalf("%s: %+v %v, want OutcomeRefundRequired", st, res, err)
 		}
-		if after := get(t, s, id); after.Version != before.Version || after.Status != before.Status || after.RefundRequired {
-			t.Fatalf("%s: mismatch changed the order: %+v", st, after)
+		after := get(t, s, id)
+		if after.Version != before.Version+1 || after.Status != before.Status || !after.RefundRequired {
+			t.Fatalf("%s: after a payment of another amount %+v, want the status kept and refund_required", st, after)
+		}
+		if p := paymentOf(t, after, "p"); p.Status != order.PaymentRefundRequired || p.AmountCents != 999 {
+			t.Fatalf("%s: the attempt is %+v, want REFUND_REQUIRED of 999", st, p)
+		}
+		// The same report again changes nothing.
+		if res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p", AmountCents: 999}); err != nil || res.Outcome != store.OutcomeNoChange {
+			t.Fatalf("%s: the same report again: %+v %v, want OutcomeNoChange", st, res, err)
 		}
 	}
 	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "missing", PaymentID: "p", AmountCents: 1}); !errors.Is(err, store.ErrNotFound) {
@@ -421,7 +443,7 @@ func testCancelDueGuards(t *testing.T, newStore Factory) {
 	o := Create(t, s, "due", "a")
 	Create(t, s, "attempted", "a")
 	into(t, s, "attempted", order.Paying)
-	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "attempted", PaymentID: "p"}); err != nil {
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "attempted", PaymentID: "attempted-1"}); err != nil {
 		t.Fatal(err)
 	}
 	Create(t, s, "paying", "a")
@@ -524,7 +546,7 @@ func testStockOnce(t *testing.T, newStore Factory) {
 	Create(t, s, "paid", "a")
 	into(t, s, "paid", order.Paid)
 	for range 3 {
-		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "dup", AmountCents: 1000})
+		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "first-paid", AmountCents: 1000})
 		if err != nil || res.Outcome != store.OutcomeNoChange {
 			t.Fatalf("duplicate success: %+v %v", res, err)
 		}
@@ -766,7 +788,7 @@ func testRace(t *testing.T, newStore Factory) {
 	for i, id := range ids {
 		if i%3 != 0 {
 			run(func() { // payer
-				if _, err := s.StartPayment(ctx, id); err != nil {
+				if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id}); err != nil {
 					return
 				}
 				mu.Lock()
@@ -784,8 +806,8 @@ func testRace(t *testing.T, newStore Factory) {
 		} else {
 			// A failed attempt instead: PAYING → PENDING, the timer may then cancel.
 			run(func() {
-				if _, err := s.StartPayment(ctx, id); err == nil {
-					_, _ = s.FailPayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "f-" + id})
+				if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id}); err == nil {
+					_, _ = s.FailPayment(ctx, store.PaymentParams{OrderID: id, PaymentID: id + "-1"})
 				}
 			})
 		}
@@ -865,7 +887,7 @@ func testClaim(t *testing.T, newStore Factory) {
 	into(t, s, "c-0", order.Paying) // due but PAYING: never claimed
 	Create(t, s, "c-att", "a")      // due at t0+5s+timeout+grace, with a failed attempt
 	into(t, s, "c-att", order.Paying)
-	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "c-att", PaymentID: "f"}); err != nil {
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "c-att", PaymentID: "c-att-1"}); err != nil {
 		t.Fatal(err)
 	}
 	next, ok, err := s.NextDeadline(ctx)
@@ -1005,7 +1027,7 @@ func testPaymentChecks(t *testing.T, newStore Factory) {
 	}
 	into(t, s, "pc-paying", order.Paying)
 	into(t, s, "pc-attempted", order.Paying)
-	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "pc-attempted", PaymentID: "f"}); err != nil {
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "pc-attempted", PaymentID: "pc-attempted-1"}); err != nil {
 		t.Fatal(err)
 	}
 	into(t, s, "pc-paid", order.Paid)
@@ -1032,12 +1054,12 @@ func testReplayedCallback(t *testing.T, newStore Factory) {
 	Stock(t, s, 10, "a")
 	Create(t, s, "rp", "a")
 	into(t, s, "rp", order.Paying)
-	fail := store.PaymentParams{OrderID: "rp", PaymentID: "p1", CallbackID: "cb-fail-1"}
+	fail := store.PaymentParams{OrderID: "rp", PaymentID: "rp-1", CallbackID: "cb-fail-1"}
 	res, err := s.FailPayment(ctx, fail)
 	if err != nil || res.Outcome != store.OutcomeFailed {
 		t.Fatalf("first failure: %+v %v", res, err)
 	}
-	if _, err := s.StartPayment(ctx, "rp"); err != nil {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "rp"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = s.FailPayment(ctx, fail)
@@ -1045,11 +1067,11 @@ func testReplayedCallback(t *testing.T, newStore Factory) {
 		t.Fatalf("replayed failure: %+v %v", res, err)
 	}
 	// A different failure message (a second attempt that failed) still applies.
-	res, err = s.FailPayment(ctx, store.PaymentParams{OrderID: "rp", PaymentID: "p1", CallbackID: "cb-fail-2"})
+	res, err = s.FailPayment(ctx, store.PaymentParams{OrderID: "rp", PaymentID: "rp-2", CallbackID: "cb-fail-2"})
 	if err != nil || res.Outcome != store.OutcomeFailed || res.Order.PaymentAttempts != 2 {
 		t.Fatalf("second failure: %+v %v", res, err)
 	}
-	if _, err := s.StartPayment(ctx, "rp"); err != nil {
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "rp"}); err != nil {
 		t.Fatal(err)
 	}
 	ok := store.PaymentParams{OrderID: "rp", PaymentID: "p2", AmountCents: 1000, CallbackID: "cb-ok"}
@@ -1067,7 +1089,7 @@ func testReplayedCallback(t *testing.T, newStore Factory) {
 	clk.Advance(store.CallbackMemory + time.Minute)
 	Create(t, s, "rp2", "a")
 	into(t, s, "rp2", order.Paying)
-	if res, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "rp2", CallbackID: "cb-fail-1"}); err != nil || res.Outcome != store.OutcomeFailed {
+	if res, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "rp2", PaymentID: "rp2-1", CallbackID: "cb-fail-1"}); err != nil || res.Outcome != store.OutcomeFailed {
 		t.Fatalf("an id older than the memory: %+v %v", res, err)
 	}
 	AuditOK(t, s)
