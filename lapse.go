@@ -379,8 +379,8 @@ func (s *Service) SetStock(ctx context.Context, sku string, available int64) (st
 	if err := validSKU("sku", sku); err != nil {
 		return store.SKU{}, err
 	}
-	if available < 0 {
-		return store.SKU{}, invalid("available", "must be >= 0")
+	if available < 0 || available > MaxAvailable {
+		return store.SKU{}, invalid("available", "must be between 0 and %d", int64(MaxAvailable))
 	}
 	return s.store.SetStock(ctx, sku, available)
 }

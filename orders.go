@@ -17,8 +17,11 @@ import (
 
 // Limits on what an order may hold, so one request cannot make a huge transaction.
 const (
-	MaxItems     = 100
-	MaxQty       = 1_000_000
+	MaxItems = 100
+	MaxQty   = 1_000_000
+	// MaxAvailable bounds a SKU's available units: far from int64's end, so
+	// no sum of counters can overflow (SQLite would turn it into a REAL).
+	MaxAvailable = 1_000_000_000_000
 	maxIDLen     = 64
 	maxKeyLen    = 255
 	minTimeout   = time.Millisecond

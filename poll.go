@@ -112,7 +112,7 @@ func (p *poller) untilNext(ctx context.Context, now time.Time) time.Duration {
 	if !p.follow {
 		return p.maxSleep
 	}
-	next, ok, err := p.s.store.NextDeadline(ctx)
+	next, ok, err := p.s.store.NextDeadline(ctx, p.s.checks != nil)
 	if err != nil || !ok {
 		return p.maxSleep
 	}

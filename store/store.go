@@ -107,7 +107,10 @@ type Orders interface {
 	PaymentChecks(ctx context.Context, lag time.Duration, limit int) ([]Deadline, error)
 	// NextDeadline returns the earliest cancel_after of a PENDING order, and
 	// false when there is none (the sql timer backend sleeps until then).
-	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// With skipAttempted, orders with a failed payment attempt are left out,
+	// as CancelDue's claim leaves them with SkipAttempted: the two must agree,
+	// or a poller wakes at once for an order its claim will not take.
+	NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error)
 	// PendingDeadlines pages through PENDING orders in (cancel_after, id)
 	// order, starting after the given deadline (zero for the first page), for
 	// seeding a scheduler that keeps its timers in memory.

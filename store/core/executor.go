@@ -49,8 +49,9 @@ type Executor interface {
 	// PaymentChecks reads PAYING orders and PENDING ones with a failed
 	// attempt whose cancel_after <= dueBy, earliest first.
 	PaymentChecks(ctx context.Context, dueBy time.Time, limit int) ([]store.Deadline, error)
-	// NextDeadline reads the earliest cancel_after of a PENDING order.
-	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// NextDeadline reads the earliest cancel_after of a PENDING order (with
+	// skipAttempted, of one with no failed payment attempt).
+	NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error)
 	// PendingDeadlines pages PENDING orders in (cancel_after, id) order.
 	PendingDeadlines(ctx context.Context, after store.Deadline, limit int) ([]store.Deadline, error)
 	// CountStuck counts PAYING orders with cancel_after <= now.

@@ -438,8 +438,8 @@ func (s *Store) PaymentChecks(ctx context.Context, lag time.Duration, limit int)
 }
 
 // NextDeadline implements store.Orders.
-func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
-	t, ok, err := s.d.NextDeadline(ctx)
+func (s *Store) NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error) {
+	t, ok, err := s.d.NextDeadline(ctx, skipAttempted)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next deadline: %w", err)
 	}

@@ -401,9 +401,9 @@ func (e executor) PaymentChecks(ctx context.Context, dueBy time.Time, limit int)
 }
 
 // NextDeadline implements core.Executor.
-func (e executor) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+func (e executor) NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error) {
 	var at sql.NullTime
-	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline")).Scan(&at); err != nil {
+	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline"), skipAttempted).Scan(&at); err != nil {
 		return time.Time{}, false, err
 	}
 	return at.Time, at.Valid, nil

@@ -276,9 +276,9 @@ func (e executor) PaymentChecks(ctx context.Context, dueBy time.Time, limit int)
 }
 
 // NextDeadline implements core.Executor.
-func (e executor) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+func (e executor) NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error) {
 	var at *time.Time
-	if err := e.scan(ctx, "next_deadline", nil, &at); err != nil || at == nil {
+	if err := e.scan(ctx, "next_deadline", []any{skipAttempted}, &at); err != nil || at == nil {
 		return time.Time{}, false, err
 	}
 	return at.UTC(), true, nil

@@ -311,7 +311,11 @@ ORDER BY cancel_after
 LIMIT $2;
 
 -- name: next_deadline
-SELECT min(cancel_after) FROM orders WHERE status = 'PENDING';
+-- $1 true to leave out orders with a failed payment attempt, as claim_due
+-- does when a gateway checks them: a poller that counted them would wake for
+-- an order its claim skips, again and again.
+SELECT min(cancel_after) FROM orders
+WHERE status = 'PENDING' AND (NOT $1::boolean OR payment_attempts = 0);
 
 -- name: pending_deadlines
 -- The first condition on cancel_after alone lets the index bound the scan;

@@ -1,6 +1,14 @@
--- The invariants of DESIGN.md §9. Each query returns one row per violation,
+-- The invariants of docs/architecture.md §7. Each query returns one row per violation,
 -- one TEXT column `detail` that a person can read. ?1 is now (Unix ms), ?2 the
 -- allowed lag (ms). Names prefixed `warn_` are warnings: worth a look, no invariant broken.
+
+-- name: counters_are_integers
+-- SQLite gives a column the type of the value stored: an overflowing sum
+-- would turn a counter into a REAL, which every other check could still pass.
+SELECT 'sku ' || sku || ': available ' || typeof(available) || ', locked ' || typeof(locked) || ', sold '
+       || typeof(sold) || ', total ' || typeof(total) AS detail
+FROM skus WHERE typeof(available) != 'integer' OR typeof(locked) != 'integer' OR typeof(sold) != 'integer'
+   OR typeof(total) != 'integer';
 
 -- name: stock_conserved
 SELECT 'sku ' || sku || ': available ' || available || ' + locked ' || locked || ' + sold ' || sold

@@ -264,9 +264,9 @@ func (e executor) PendingDeadlines(ctx context.Context, after store.Deadline, li
 }
 
 // NextDeadline implements core.Executor.
-func (e executor) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+func (e executor) NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error) {
 	var at sql.NullInt64
-	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline")).Scan(&at); err != nil || !at.Valid {
+	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline"), flag(skipAttempted)).Scan(&at); err != nil || !at.Valid {
 		return time.Time{}, false, err
 	}
 	return fromMS(at.Int64), true, nil

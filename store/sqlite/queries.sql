@@ -153,7 +153,10 @@ ORDER BY cancel_after
 LIMIT ?2;
 
 -- name: next_deadline
-SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING';
+-- ?1 1 to leave out orders with a failed payment attempt, as claim_due does
+-- when a gateway checks them (a poller that counted them would wake for an
+-- order its claim skips, again and again).
+SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING' AND (?1 = 0 OR payment_attempts = 0);
 
 -- name: pending_deadlines
 SELECT id, cancel_after FROM orders

@@ -73,6 +73,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 	t.Parallel()
 	cases := []storetest.Corruption{
 		{Check: "stock_conserved", SQL: `UPDATE skus SET available = available + 1`},
+		{Check: "counters_are_integers", SQL: `UPDATE skus SET available = available + 0.5, total = total + 0.5`},
 		{Check: "locked_matches_open_orders", SQL: `UPDATE skus SET locked = locked + 1, total = total + 1`},
 		{Check: "sold_matches_commits", SQL: `UPDATE skus SET sold = sold + 1, total = total + 1`},
 		{Check: "ledger_matches_status", SQL: `DELETE FROM stock_ledger WHERE action = 'reserve'`},

@@ -264,3 +264,54 @@ func NoDeadlocks(t *testing.T, s store.Store, pairs int) {
 }
 
 func testNoDeadlocks(t *testing.T, newStore Factory) { NoDeadlocks(t, newStore(t, clock.Real{}), 40) }
+
+// testClaimAgreesWithNextDeadline: with a gateway checking attempted orders,
+// the claim skips a PENDING order with a failed attempt, so the next
+// deadline a poller sleeps until must skip it too — else the poller wakes at
+// once, claims nothing, and wakes again (it spun every 10 ms while a gateway
+// was down). And a claim never reaches past now, whatever lag it is given.
+func testClaimAgreesWithNextDeadline(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 10, "a")
+	att := Create(t, s, "att", "a")
+	into(t, s, "att", order.Paying)
+	if res, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "att", PaymentID: "att-1"}); err != nil || res.Outcome != store.OutcomeFailed {
+		t.Fatalf("fail att: %+v %v", res, err)
+	}
+	clk.Advance(time.Second)
+	plain := Create(t, s, "plain", "a")
+	next := func(skip bool) time.Time {
+		t.Helper()
+		at, ok, err := s.NextDeadline(ctx, skip)
+		if err != nil || !ok {
+			t.Fatalf("next deadline (skip attempted %v): %v %v", skip, ok, err)
+		}
+		return at
+	}
+	if got := next(false); !got.Equal(att.CancelAfter) {
+		t.Fatalf("next deadline %v, want the attempted order's %v", got, att.CancelAfter)
+	}
+	if got := next(true); !got.Equal(plain.CancelAfter) {
+		t.Fatalf("next deadline skipping attempted orders %v, want %v", got, plain.CancelAfter)
+	}
+	clk.Set(att.CancelAfter) // att due, plain not yet
+	res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 10, SkipAttempted: true})
+	if err != nil || len(res.Cancelled) != 0 {
+		t.Fatalf("claim skipping attempted orders: %+v %v, want none", res, err)
+	}
+	if got := next(true); !got.After(clk.Now()) {
+		t.Fatalf("after a claim that took nothing the next deadline is %v, not after now %v: a poller would spin", got, clk.Now())
+	}
+	res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: 10, Lag: -time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Cancelled {
+		if c.ID == "plain" {
+			t.Fatalf("a claim with a negative lag cancelled plain before its cancel_after %v (now %v)", plain.CancelAfter, clk.Now())
+		}
+	}
+	AuditOK(t, s)
+}

@@ -64,6 +64,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("a retried create of the order that took the last unit is order_exists, alone or grouped", func(t *testing.T) { testGroupAnswersAsAlone(t, newStore) })
 	t.Run("creates, buyer cancels and timeouts on shared SKUs never deadlock", func(t *testing.T) { testNoDeadlocks(t, newStore) })
 	t.Run("payment attempts: each report acts on the attempt it names", func(t *testing.T) { testPaymentAttempts(t, newStore) })
+	t.Run("the next deadline skips what the claim skips; a claim never reaches past now", func(t *testing.T) { testClaimAgreesWithNextDeadline(t, newStore) })
 }
 
 // Create places an order of qty 1 per SKU with the suite's timeout and grace.
@@ -876,7 +877,7 @@ func testClaim(t *testing.T, newStore Factory) {
 	clk := clock.NewFake(t0)
 	s := newStore(t, clk)
 	ctx := context.Background()
-	if _, ok, err := s.NextDeadline(ctx); err != nil || ok {
+	if _, ok, err := s.NextDeadline(ctx, false); err != nil || ok {
 		t.Fatalf("empty store: next deadline ok=%v err=%v", ok, err)
 	}
 	Stock(t, s, 100, "a")
@@ -890,7 +891,7 @@ func testClaim(t *testing.T, newStore Factory) {
 	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "c-att", PaymentID: "c-att-1"}); err != nil {
 		t.Fatal(err)
 	}
-	next, ok, err := s.NextDeadline(ctx)
+	next, ok, err := s.NextDeadline(ctx, false)
 	if err != nil || !ok || !next.Equal(t0.Add(time.Second+timeout+grace)) {
 		t.Fatalf("next deadline %v %v %v, want c-1's", next, ok, err)
 	}
@@ -925,7 +926,7 @@ func testClaim(t *testing.T, newStore Factory) {
 	if got := cancelledIDs(res); !slices.Equal(got, []string{"c-att"}) {
 		t.Fatalf("no gateway: cancelled %v", got)
 	}
-	if _, ok, _ := s.NextDeadline(ctx); ok {
+	if _, ok, _ := s.NextDeadline(ctx, false); ok {
 		t.Fatal("no PENDING order left, yet a next deadline")
 	}
 	if get(t, s, "c-0").Status != order.Paying {
