@@ -3,6 +3,7 @@ package lapse
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -23,7 +24,7 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 		ids = append(ids, t.Key)
 	}
 	if len(reminders) > 0 {
-		s.remind(ctx, reminders)
+		s.remindLater(ctx, reminders)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -37,7 +38,9 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 // every order that is PENDING and past cancel_after is cancelled, its stock
 // released and its event written. The rest of a batch is sorted out here:
 //   - PENDING but not yet due by the store's clock (a timer fired early, a
-//     clock ahead): scheduled again for its cancel_after, never cancelled early;
+//     clock ahead), PENDING or PAYING: scheduled again for when the store's
+//     clock reaches cancel_after, on this clock (clock.go), never cancelled
+//     early, never sent to the gateway check early;
 //   - PAYING, or PENDING with a failed attempt while a gateway is configured:
 //     never cancelled blind. With a gateway they go to the gateway check
 //     (checker). Without one, a PAYING order waits for its callback (a FAILED
@@ -47,7 +50,9 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CancelTimeout)
 	defer cancel()
+	before := time.Now()
 	res, err := s.store.CancelDue(ctx, p)
+	s.metrics.skew.observe(before, time.Now(), res.Now)
 	if err != nil {
 		s.metrics.batches.WithLabelValues("error").Inc()
 		s.log.Error("cancel batch failed; it will be retried", "orders", len(p.IDs), "claim", p.Claim, "err", err)
@@ -63,9 +68,12 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 	for _, sk := range res.Skipped {
 		switch {
 		case sk.Missing:
-		case sk.Status == order.Pending && sk.CancelAfter.After(res.Now):
+		case (sk.Status == order.Pending || sk.Status == order.Paying) && sk.CancelAfter.After(res.Now):
+			// Early by the store's clock: set again for when that clock gets
+			// there (clock.go). A PAYING order too — the gateway check closes
+			// the trade, which must not happen in the buyer's window.
 			s.metrics.early.Inc()
-			s.schedule(ctx, sk.ID, sk.CancelAfter)
+			s.schedule(ctx, sk.ID, localDue(sk.CancelAfter, res.Now))
 		case s.checks != nil && (sk.Status == order.Paying || sk.Status == order.Pending):
 			s.checks.enqueue(sk.ID)
 		case sk.Status == order.Paying:

@@ -201,6 +201,9 @@ type Service struct {
 	checks  *checker        // with a Gateway
 	log     *slog.Logger
 	metrics *metrics
+
+	reminding sync.WaitGroup // reminders in flight (remind.go)
+	remindSem chan struct{}
 }
 
 // New checks cfg and returns a Service. Call Run to start cancelling.
@@ -209,7 +212,7 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, timers: cfg.Scheduler, log: cfg.Logger}
+	s := &Service{cfg: cfg, store: cfg.Store, timers: cfg.Scheduler, log: cfg.Logger, remindSem: make(chan struct{}, remindSlots)}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -268,6 +271,7 @@ func (s *Service) Run(ctx context.Context) error {
 		err = s.timers.Run(ctx, s.handleDue)
 	}
 	wg.Wait()
+	s.reminding.Wait() // each bounded by remindTimeout
 	if ctx.Err() != nil {
 		return nil
 	}

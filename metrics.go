@@ -26,6 +26,7 @@ type metrics struct {
 	sweepCaught      prometheus.Counter
 	gatewayChecks    *prometheus.CounterVec
 	reminders        prometheus.Counter
+	skew             *skewWatch
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -81,6 +82,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		sweepCaught: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_sweep_caught_total", Help: "Orders the fallback sweep cancelled: each is a timer the primary backend lost.",
 		}),
+		skew: newSkewWatch(s.log),
 	}
 	stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lapse_payments_stuck",
@@ -95,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, m.reminders, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}

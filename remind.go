@@ -33,6 +33,32 @@ func (s *Service) scheduleReminder(ctx context.Context, o order.Order) {
 	}
 }
 
+// remindTimeout bounds one batch of reminders: a sink that hangs costs a
+// reminder, never a cancel or a shutdown.
+const remindTimeout = 5 * time.Second
+
+// remindSlots bounds the reminder batches in flight; beyond it reminders are
+// dropped (they are best effort) rather than queued behind a slow sink.
+const remindSlots = 4
+
+// remindLater sends reminders off the cancel path: the timer handler that
+// delivered them goes on to cancel its batch at once, whatever the sink does.
+// Run waits for the reminders in flight when it stops, at most remindTimeout.
+func (s *Service) remindLater(ctx context.Context, ids []string) {
+	select {
+	case s.remindSem <- struct{}{}:
+	default:
+		s.log.Warn("reminders dropped: the sink is slow and earlier reminders are still in flight (best effort)", "orders", len(ids))
+		return
+	}
+	s.reminding.Go(func() {
+		defer func() { <-s.remindSem }()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remindTimeout)
+		defer cancel()
+		s.remind(rctx, ids)
+	})
+}
+
 // remind sends order.expiring for each order still unpaid, straight to the
 // sink: a reminder is a courtesy, so it is neither stored nor retried.
 func (s *Service) remind(ctx context.Context, ids []string) {

@@ -76,3 +76,41 @@ func TestReminderBeforeExpiry(t *testing.T) {
 	}
 	storetest.AuditOK(t, st)
 }
+
+// hangingSink never answers until its context ends: a webhook that holds the
+// connection open.
+type hangingSink struct{}
+
+func (hangingSink) Publish(ctx context.Context, _ []order.Event) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A sink that hangs costs the reminders, never the cancels: reminders used
+// to run inline in the timer handler with no deadline, so one hanging
+// webhook stopped every timeout cancel, and shutdown with them.
+func TestHangingSinkNeverHoldsUpCancels(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
+	t.Cleanup(func() { st.Close() })
+	svc := newService(t, lapse.Config{Store: st, Sink: hangingSink{}, RemindBefore: 200 * time.Millisecond, SweepInterval: -1})
+	storetest.Stock(t, st, 10, "sku")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(stop)
+	create(t, svc, "a", 500*time.Millisecond)
+	create(t, svc, "b", 700*time.Millisecond)
+	waitFor(t, 5*time.Second, "both orders cancelled past their reminders", func() bool {
+		return status(t, svc, "a") == order.Cancelled && status(t, svc, "b") == order.Cancelled
+	})
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return within 15 s of shutdown: a reminder holds it")
+	}
+}
