@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -25,7 +26,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: schema up to date\n", redactURL(*storeURL))
+	fmt.Fprintf(stdout, "%s: schema up to date\n", redact.URL(*storeURL))
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer/redis"
 
@@ -144,7 +145,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--pay-ratio %v with --target: payments need --callback-secret (the server's), to sign the success callbacks", *payRatio)
 		}
 		if u, err := url.Parse(*target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usage("--target %q: want http://host:port", *target)
+			return usage("--target %q: want http://host:port", redact.URL(*target))
 		}
 	}
 	redisTimers := isRedisURL(*timers)
@@ -257,7 +258,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		onWhat = "lapse serve at " + *target
+		onWhat = "lapse serve at " + redact.URL(*target)
 	} else {
 		logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		if *killEvery > 0 || given["restart-db-at"] {
@@ -296,7 +297,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return lapse.New(c)
 		})
-		onWhat = fmt.Sprintf("%s + %s timers", redactURL(storeArg), redactURL(*timers))
+		onWhat = fmt.Sprintf("%s + %s timers", redact.URL(storeArg), redact.URL(*timers))
 		if chaos != nil {
 			onWhat += describeChaos(chaos.Result())
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store/mysql"
 )
 
@@ -36,7 +37,7 @@ func postgresURL(t *testing.T) string {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect %s: %v", redactURL(base), err)
+		t.Fatalf("connect %s: %v", redact.URL(base), err)
 	}
 	defer conn.Close(ctx)
 	schema := randomName("lapse_e2e_")

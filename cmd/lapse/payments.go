@@ -14,6 +14,7 @@ import (
 
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/reconcile"
+	"github.com/lapsehq/lapse/redact"
 )
 
 // gatewayFlags are the flags of the payment gateway client (serve, reconcile).
@@ -70,7 +71,7 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		AuthToken: *token, Logger: logger,
 	})
 	defer m.Close()
-	logger.Info("mock gateway serving", "addr", *listen, "callback_url", *callbackURL)
+	logger.Info("mock gateway serving", "addr", *listen, "callback_url", redact.URL(*callbackURL))
 	err := m.ListenAndServe(ctx, *listen)
 	if ctx.Err() != nil {
 		return nil

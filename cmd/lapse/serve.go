@@ -12,6 +12,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/redact"
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -96,8 +97,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redactURL(*storeURL), "timers", *timers,
-		"grace", *grace, "default_timeout", *defaultTimeout, "gateway", *gw.url, "auth", *apiToken != "", "version", version)
+	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redact.URL(*storeURL), "timers", redact.URL(*timers),
+		"grace", *grace, "default_timeout", *defaultTimeout, "gateway", redact.URL(*gw.url), "auth", *apiToken != "", "version", version)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)

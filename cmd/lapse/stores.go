@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/mysql"
 	"github.com/lapsehq/lapse/store/postgres"
@@ -29,7 +30,7 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	case "mysql":
 		return mysql.Open(ctx, mysql.Config{URL: url})
 	default:
-		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redactURL(url), scheme)
+		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redact.URL(url), scheme)
 	}
 }
 
@@ -63,24 +64,7 @@ func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
 		cfg.Scheduler = s
 		return client.Close, nil
 	default:
-		return nop, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redactURL(spec))
+		return nop, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redact.URL(spec))
 	}
 	return nop, nil
-}
-
-// redactURL hides a password in a store URL for logs.
-func redactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return u
-	}
-	cred := rest[:at]
-	if user, _, hasPass := strings.Cut(cred, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
-	}
-	return u
 }
