@@ -68,7 +68,10 @@ type Config struct {
 	// backend lost. Defaults to 30 s; negative disables it.
 	SweepInterval time.Duration
 	// SweepLag is how overdue an order must be before the sweep takes it,
-	// leaving the primary backend its chance first. Defaults to 10 s.
+	// leaving the primary backend its chance first. Defaults to 10 s; a
+	// negative value means no lag (zero asks for the default, as everywhere
+	// in Config): the sweep takes an order once cancel_after has passed, and
+	// never before, whatever the value.
 	SweepLag time.Duration
 	// BatchSize is the most orders cancelled in one transaction. Defaults to 200.
 	BatchSize int
@@ -125,6 +128,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SweepLag == 0 {
 		c.SweepLag = 10 * time.Second
+	}
+	if c.SweepLag < 0 {
+		c.SweepLag = 0 // the store claims cancel_after <= now - lag: a negative lag would cancel early
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 200

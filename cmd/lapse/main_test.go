@@ -298,8 +298,8 @@ func TestEnvironmentFillsFlagsTheCommandLineWins(t *testing.T) {
 	t.Setenv("LAPSE_GRACE", "5s")
 	t.Setenv("LAPSE_DEFAULT_TIMEOUT", "1m")
 	fs := newFlagSet("x", io.Discard)
-	grace := fs.Duration("grace", time.Minute, "")
-	timeout := fs.Duration("default-timeout", 15*time.Minute, "")
+	grace := fs.Duration("grace", time.Minute, none, "")
+	timeout := fs.Duration("default-timeout", 15*time.Minute, positive, "")
 	if err := parseFlags(fs, []string{"--default-timeout", "2m"}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,11 +23,11 @@ type gatewayFlags struct {
 	retries    *int
 }
 
-func addGatewayFlags(fs *flag.FlagSet) gatewayFlags {
+func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
 		url:     fs.String("gateway", "", "payment gateway base URL (lapse's JSON protocol); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
-		timeout: fs.Duration("gateway-timeout", 2*time.Second, "timeout of one gateway request"),
+		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
 		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
 	}
 }
@@ -51,7 +50,7 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway")
 	callbackURL := fs.String("callback-url", "http://127.0.0.1:8080", "lapse's base URL; callbacks go to <url>/v1/payments/notify")
 	secret := fs.String("callback-secret", "", "secret the callbacks are signed with (lapse serve's --callback-secret)")
-	delay := fs.Duration("callback-delay", 0, "hold every callback this long (a slow gateway)")
+	delay := fs.Duration("callback-delay", 0, none, "hold every callback this long (a slow gateway)")
 	drop := fs.Bool("drop-callbacks", false, "never send callbacks (callback lost)")
 	silent := fs.Bool("silent-paid", false, "report paid when queried, but send no success callback")
 	failQueries := fs.Bool("fail-queries", false, "answer every query with 503")

@@ -20,21 +20,21 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
 	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,h3:7002")
-	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
-	sweepLag := fs.Duration("sweep-lag", 10*time.Second, "how overdue an order must be before the fallback sweep takes it")
-	grace := fs.Duration("grace", 60*time.Second, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
-	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, "payment window of an order that names no timeout_seconds")
-	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, "largest timeout_seconds accepted")
+	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, span{zero: "off", min: 10 * time.Millisecond}, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
+	sweepLag := fs.Duration("sweep-lag", 10*time.Second, none, "how overdue an order must be before the fallback sweep takes it (may be 0)")
+	grace := fs.Duration("grace", 60*time.Second, none, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
+	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, span{min: time.Millisecond}, "payment window of an order that names no timeout_seconds")
+	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, positive, "largest timeout_seconds accepted")
 	currency := fs.String("default-currency", "USD", "currency of an order that names none (ISO 4217)")
 	callbackSecret := fs.String("callback-secret", "", "HMAC secret of the payment callback signature; without one every callback is refused")
 	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
 	apiToken := fs.String("api-token", "", "bearer token required on /v1 routes (except the signed payment callback)")
 	gw := addGatewayFlags(fs)
-	confirmAfter := fs.Duration("confirm-after", time.Minute, "query the gateway again this long after cancelling an order that had a payment attempt")
-	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, "how long to wait while the gateway reports a payment in progress before closing the trade")
-	remindBefore := fs.Duration("remind-before", 0, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
+	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
+	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
+	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests and the cancel batch in hand")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -44,6 +44,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *maxTimeout < *defaultTimeout {
+		fmt.Fprintf(stderr, "lapse serve: --max-timeout %s is below --default-timeout %s\n", *maxTimeout, *defaultTimeout)
+		return errUsage
+	}
 	if *apiToken == "" && !isLoopback(*addr) {
 		return fmt.Errorf("refusing to listen on %s without --api-token (or LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
 	}
@@ -52,8 +56,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		DefaultCurrency: *currency, Logger: logger, SweepInterval: *sweepInterval, SweepLag: *sweepLag,
 	}
 	cfg.RemindBefore = *remindBefore
+	// 0 is "the default" in lapse.Config and "none" on the command line.
 	if *sweepInterval == 0 {
 		cfg.SweepInterval = -1
+	}
+	if *sweepLag == 0 {
+		cfg.SweepLag = -1
 	}
 	closeTimers, err := openTimers(&cfg, *timers)
 	if err != nil {
