@@ -13,6 +13,7 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/redact"
+	"github.com/lapsehq/lapse/timer/redis"
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -20,6 +21,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
 	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,h3:7002")
+	redisPrefix := fs.String("redis-prefix", redis.DefaultPrefix, "with Redis timers: the prefix of every key; deployments that share one Redis database need different ones (no '{' or '}')")
 	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, span{zero: "off", min: 10 * time.Millisecond}, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
 	sweepLag := fs.Duration("sweep-lag", 10*time.Second, none, "how overdue an order must be before the fallback sweep takes it (may be 0)")
 	grace := fs.Duration("grace", 60*time.Second, none, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
@@ -44,6 +46,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := redis.ValidatePrefix(*redisPrefix); err != nil {
+		fmt.Fprintf(stderr, "lapse serve: --redis-prefix: %v\n", err)
+		return errUsage
+	}
 	if *maxTimeout < *defaultTimeout {
 		fmt.Fprintf(stderr, "lapse serve: --max-timeout %s is below --default-timeout %s\n", *maxTimeout, *defaultTimeout)
 		return errUsage
@@ -63,7 +69,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *sweepLag == 0 {
 		cfg.SweepLag = -1
 	}
-	closeTimers, err := openTimers(&cfg, *timers)
+	closeTimers, err := openTimers(&cfg, *timers, *redisPrefix)
 	if err != nil {
 		return err
 	}
@@ -105,8 +111,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redact.URL(*storeURL), "timers", redact.URL(*timers),
-		"grace", *grace, "default_timeout", *defaultTimeout, "gateway", redact.URL(*gw.url), "auth", *apiToken != "", "version", version)
+	started := []any{"addr", ln.Addr().String(), "store", redact.URL(*storeURL), "timers", redact.URL(*timers)}
+	if isRedisURL(*timers) {
+		started = append(started, "redis_prefix", *redisPrefix)
+	}
+	logger.Info("lapse serving", append(started, "grace", *grace, "default_timeout", *defaultTimeout,
+		"gateway", redact.URL(*gw.url), "auth", *apiToken != "", "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)

@@ -37,13 +37,14 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 // setTimers configures the timer backend a --timers value names, for a
 // short-lived command that lets the process exit release its connections.
 func setTimers(cfg *lapse.Config, spec string) error {
-	_, err := openTimers(cfg, spec)
+	_, err := openTimers(cfg, spec, redis.DefaultPrefix)
 	return err
 }
 
-// openTimers configures the timer backend a --timers value names. The
-// returned close releases its connections (a no-op for in-process timers).
-func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
+// openTimers configures the timer backend a --timers value names; Redis
+// timers keep their keys under prefix. The returned close releases its
+// connections (a no-op for in-process timers).
+func openTimers(cfg *lapse.Config, spec, prefix string) (func() error, error) {
 	nop := func() error { return nil }
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch {
@@ -56,7 +57,7 @@ func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
 		if err != nil {
 			return nop, fmt.Errorf("--timers: %w", err)
 		}
-		s, err := redis.New(client, redis.Config{Logger: cfg.Logger})
+		s, err := redis.New(client, redis.Config{Prefix: prefix, Logger: cfg.Logger})
 		if err != nil {
 			client.Close()
 			return nop, fmt.Errorf("--timers: %w", err)

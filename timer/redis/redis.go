@@ -96,7 +96,7 @@ import (
 type Config struct {
 	// Prefix starts every key of the scheduler, so that several lapse
 	// deployments (or tests) can share one Redis. It must not contain '{' or
-	// '}'. Defaults to "lapse".
+	// '}'. Defaults to DefaultPrefix.
 	Prefix string
 	// Shards is how many shards (due/lease/meta key triples, each on its own
 	// Cluster slot) the timers are spread over by a hash of their key. More
@@ -131,6 +131,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultPrefix is Config.Prefix's default.
+const DefaultPrefix = "lapse"
+
 // Limits of Config.
 const (
 	maxShards    = 1000
@@ -140,7 +143,7 @@ const (
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = "lapse"
+		c.Prefix = DefaultPrefix
 	}
 	if c.Shards == 0 {
 		c.Shards = 16

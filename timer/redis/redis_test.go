@@ -412,6 +412,58 @@ func TestScheduleMany(t *testing.T) {
 	})
 }
 
+// Two deployments on one Redis database, each with a prefix of its own,
+// schedule timers with the same keys (order ids are only unique within a
+// deployment): each gets every one of its own timers once, and none of the
+// other's.
+func TestPrefixesKeepDeploymentsApart(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		const n = 50
+		due := time.Now().Add(300 * time.Millisecond)
+		type deployment struct {
+			s *redis.Scheduler
+			r *recorder
+		}
+		var ds []deployment
+		for range 2 {
+			d := deployment{s: mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb), LossCheck: time.Hour}), r: newRecorder(nil)}
+			for i := range n {
+				if err := d.s.Schedule(context.Background(), fmt.Sprintf("order-%02d", i), due); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ds = append(ds, d)
+		}
+		for _, d := range ds {
+			run(t, d.s, d.r.handle)
+		}
+		for i, d := range ds {
+			waitFor(t, fmt.Sprintf("deployment %d's timers delivered", i), 5*time.Second, func() bool {
+				d.r.mu.Lock()
+				defer d.r.mu.Unlock()
+				return len(d.r.got) == n
+			})
+		}
+		for i, d := range ds {
+			for k := range n {
+				if got := len(d.r.deliveries(fmt.Sprintf("order-%02d", k))); got != 1 {
+					t.Errorf("deployment %d: order-%02d delivered %d times, want once", i, k, got)
+				}
+			}
+		}
+	})
+}
+
+func TestValidatePrefix(t *testing.T) {
+	t.Parallel()
+	for p, ok := range map[string]bool{"lapse": true, "shop-eu:prod": true, "": false, "a{b": false, "a}b": false} {
+		if err := redis.ValidatePrefix(p); (err == nil) != ok {
+			t.Errorf("ValidatePrefix(%q) = %v", p, err)
+		}
+	}
+}
+
 func TestOneRunAtATime(t *testing.T) {
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
