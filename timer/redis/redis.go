@@ -67,8 +67,11 @@
 // shard (<prefix>:{sNN}:seeded), and while Run runs it checks the markers every
 // Config.LossCheck. When one is missing (at the first start too) one instance
 // takes the seed lock and runs the seed function in the background, without
-// blocking Schedule or deliveries, then sets the markers again; a loss during
-// the seed leaves a marker missing and causes another seed. The fallback sweep
+// blocking Schedule or deliveries, then sets the markers again. The seed is
+// fenced by its lock's token: the markers hold it while the seed runs, and
+// only a marker that still holds it at the end is set to "ok"
+// (lua/seeded.lua), so a loss during the seed, or another instance taking
+// the seed over after the loss took the lock too, causes another seed. The fallback sweep
 // of the service (lapse.Config.SweepInterval) covers the seconds in between,
 // and the losses no marker shows: a failover to a replica that was behind
 // keeps the markers but not the timers set in its last moments.
