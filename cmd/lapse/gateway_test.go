@@ -303,3 +303,29 @@ func TestReconcileFindsPlantedMismatches(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// lapse mockpay answers without authentication and signs callbacks with a
+// real secret: it listens on loopback only, unless --allow-public says so.
+func TestMockpayRefusesAPublicAddress(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		out, code := lapseRun(t, 10*time.Second, nil, "mockpay", "--listen", addr, "--callback-secret", "s")
+		if code != 2 || !strings.Contains(out, "--allow-public") {
+			t.Errorf("mockpay --listen %s: exit %d, want 2 and a message naming --allow-public:\n%s", addr, code, out)
+		}
+	}
+	cmd := exec.Command(binary, "mockpay", "--listen", "0.0.0.0:0", "--allow-public")
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "mock payment gateway listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("mockpay --allow-public did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

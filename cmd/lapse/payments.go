@@ -47,7 +47,8 @@ func (g gatewayFlags) callTimeout() time.Duration {
 
 func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("mockpay", stderr)
-	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway")
+	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway; a loopback one unless --allow-public")
+	allowPublic := fs.Bool("allow-public", false, "let --listen name a non-loopback address: anyone who reaches it can mark orders paid and have callbacks signed with --callback-secret sent to lapse")
 	callbackURL := fs.String("callback-url", "http://127.0.0.1:8080", "lapse's base URL; callbacks go to <url>/v1/payments/notify")
 	secret := fs.String("callback-secret", "", "secret the callbacks are signed with (lapse serve's --callback-secret)")
 	delay := fs.Duration("callback-delay", 0, none, "hold every callback this long (a slow gateway)")
@@ -59,6 +60,13 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	token := fs.String("token", "", "bearer token required on the protocol's routes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// Its /_control route never takes a token, /payments/{id}/pay only with
+	// --token, and a payment it is told of becomes a callback signed with the
+	// real secret: whoever reaches the mock can have lapse mark orders paid.
+	if !isLoopback(*listen) && !*allowPublic {
+		fmt.Fprintf(stderr, "lapse mockpay: refusing to listen on %s: the mock gateway's test routes take no authentication and it signs callbacks with --callback-secret, so anyone who reaches it could mark orders paid; listen on 127.0.0.1, or pass --allow-public\n", *listen)
+		return errUsage
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if *secret == "" {
