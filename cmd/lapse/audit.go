@@ -39,26 +39,29 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := openStore(ctx, *storeURL)
+	// Exit 1 says "an invariant is broken": a store that cannot be audited
+	// must not say the same, nor pass for clean, to a script or a cron job.
+	couldNotRun := func(err error) error { return exitError{code: 2, err: err} }
+	st, err := openExistingStore(ctx, *storeURL)
 	if err != nil {
-		return err
+		return couldNotRun(err)
 	}
 	defer st.Close()
 	rep, err := st.Audit(ctx, store.AuditParams{AllowedLag: *lag, MaxExamples: *examples})
 	if err != nil {
-		return err
+		return couldNotRun(fmt.Errorf("%s: %w", redact.URL(*storeURL), err))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(auditJSON(rep)); err != nil {
-			return err
+			return couldNotRun(fmt.Errorf("write the report: %w", err))
 		}
 	} else {
 		writeAudit(stdout, rep)
 	}
 	if !rep.OK() {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

@@ -329,7 +329,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		printBench(stdout, res)
 	}
 	if res.Audit.Status == "failed" || res.Early > 0 {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

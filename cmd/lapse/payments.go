@@ -159,7 +159,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if !rep.OK() {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/lapsehq/lapse"
@@ -32,6 +35,27 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	default:
 		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redact.URL(url), scheme)
 	}
+}
+
+// openExistingStore is openStore for a command that only reads (audit): a
+// SQLite file that does not exist is an error, where opening it would create
+// an empty database (a typo in the path would then audit clean).
+//
+// The file is opened as serve opens it, read-write: store/sqlite has no
+// read-only mode yet.
+func openExistingStore(ctx context.Context, url string) (store.Store, error) {
+	if strings.HasPrefix(url, "sqlite://") {
+		path, err := sqlite.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("--store %s: no such database file (it is not created for an audit: check the path, or create it with lapse migrate)", redact.URL(url))
+		} else if err != nil {
+			return nil, fmt.Errorf("--store %s: %w", redact.URL(url), err)
+		}
+	}
+	return openStore(ctx, url)
 }
 
 // setTimers configures the timer backend a --timers value names, for a
