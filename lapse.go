@@ -233,6 +233,10 @@ func New(cfg Config) (*Service, error) {
 // registry the Service made).
 func (s *Service) Registry() prometheus.Gatherer { return s.metrics.gatherer }
 
+// Config returns the configuration the service runs with: New's, with every
+// default filled in, so that a start-up log shows what is actually used.
+func (s *Service) Config() Config { return s.cfg }
+
 // Store returns the store the service runs on.
 func (s *Service) Store() store.Store { return s.store }
 

@@ -86,11 +86,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *sweepLag == 0 {
 		cfg.SweepLag = -1
 	}
-	closeTimers, err := openTimers(&cfg, *timers, *redisPrefix)
+	openedTimers, err := openTimers(&cfg, *timers, *redisPrefix)
 	if err != nil {
 		return err
 	}
-	defer closeTimers()
+	defer openedTimers.close()
 	if g, err := gw.open(logger); err != nil {
 		return err
 	} else if g != nil {
@@ -108,6 +108,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 	}
 	cfg.Store = st
+	if openedTimers.ping != nil {
+		cfg.Store = readyStore{Store: st, timers: openedTimers.ping}
+	}
 	svc, err := lapse.New(cfg)
 	if err != nil {
 		return err
@@ -136,7 +139,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if isRedisURL(*timers) {
 		started = append(started, "redis_prefix", *redisPrefix)
 	}
-	logger.Info("lapse serving", append(started, "grace", *grace, "default_timeout", *defaultTimeout,
+	used := svc.Config()
+	logger.Info("lapse serving", append(started, "grace", used.Grace, "default_timeout", used.DefaultTimeout,
 		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))

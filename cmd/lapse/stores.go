@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/redact"
@@ -65,11 +66,19 @@ func setTimers(cfg *lapse.Config, spec string) error {
 	return err
 }
 
+// openedTimers is a timer backend openTimers configured.
+type openedTimers struct {
+	// close releases its connections (a no-op for in-process timers).
+	close func() error
+	// ping checks that a backend outside the process answers, for
+	// readiness; nil when there is none beyond the store.
+	ping func(context.Context) error
+}
+
 // openTimers configures the timer backend a --timers value names; Redis
-// timers keep their keys under prefix. The returned close releases its
-// connections (a no-op for in-process timers).
-func openTimers(cfg *lapse.Config, spec, prefix string) (func() error, error) {
-	nop := func() error { return nil }
+// timers keep their keys under prefix.
+func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
+	opened := openedTimers{close: func() error { return nil }}
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch {
 	case spec == "memory":
@@ -79,17 +88,45 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (func() error, error) {
 	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
 		client, err := redis.ParseURL(spec)
 		if err != nil {
-			return nop, fmt.Errorf("--timers: %w", err)
+			return opened, fmt.Errorf("--timers: %w", err)
 		}
 		s, err := redis.New(client, redis.Config{Prefix: prefix, Logger: cfg.Logger})
 		if err != nil {
 			client.Close()
-			return nop, fmt.Errorf("--timers: %w", err)
+			return opened, fmt.Errorf("--timers: %w", err)
 		}
 		cfg.Scheduler = s
-		return client.Close, nil
+		opened.close, opened.ping = client.Close, s.Ping
 	default:
-		return nop, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redact.URL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redact.URL(spec))
 	}
-	return nop, nil
+	return opened, nil
+}
+
+// readyStore is the store as GET /readyz sees it. httpapi answers /readyz
+// by pinging the service's store; lapse serve gives the service this
+// wrapper, whose Ping asks the timer backend too, so that an instance whose
+// Redis does not answer — it would take orders it cannot cancel on time —
+// says it is not ready, and a load balancer sends the orders elsewhere.
+type readyStore struct {
+	store.Store
+	timers func(context.Context) error
+}
+
+// readyTimeout bounds the timer backend's answer to a readiness check: a
+// Redis that does not answer at all would otherwise hold /readyz for the
+// client's whole dial timeout.
+const readyTimeout = 2 * time.Second
+
+// Ping implements store.Store: the store answers, and so does the timer backend.
+func (s readyStore) Ping(ctx context.Context) error {
+	if err := s.Store.Ping(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := s.timers(ctx); err != nil {
+		return fmt.Errorf("timer backend: %w", err)
+	}
+	return nil
 }

@@ -256,6 +256,24 @@ func New(rdb goredis.UniversalClient, cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
+// Ping checks that Redis answers — every master of a Cluster, since the
+// shards are spread over all of them — for a readiness check: while it
+// fails, timers can be neither set nor delivered.
+func (s *Scheduler) Ping(ctx context.Context) error {
+	if c, ok := s.rdb.(*goredis.ClusterClient); ok {
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			return n.Ping(ctx).Err()
+		}); err != nil {
+			return fmt.Errorf("redis: ping: %w", err)
+		}
+		return nil
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
+}
+
 // Durable reports true: the timers live in Redis, not in the process. A
 // Redis that loses them is detected and reseeded (see SetSeed).
 func (s *Scheduler) Durable() bool { return true }

@@ -465,6 +465,23 @@ func TestPrefixesKeepDeploymentsApart(t *testing.T) {
 	})
 }
 
+func TestPing(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		if err := mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb)}).Ping(context.Background()); err != nil {
+			t.Errorf("Ping of a Redis that answers: %v", err)
+		}
+	})
+	dead, err := redis.ParseURL("redis://127.0.0.1:1/0?dial_timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	if err := mustNew(t, dead, redis.Config{}).Ping(context.Background()); err == nil {
+		t.Error("Ping of a Redis that is not there: nil")
+	}
+}
+
 func TestValidatePrefix(t *testing.T) {
 	t.Parallel()
 	for p, ok := range map[string]bool{"lapse": true, "shop-eu:prod": true, "": false, "a{b": false, "a}b": false} {
