@@ -329,3 +329,25 @@ func TestMockpayRefusesAPublicAddress(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// lapse reconcile prints the gateway's ids with their control characters
+// escaped: a statement line cannot write escape sequences to the terminal.
+func TestReconcileEscapesGatewayIDs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "lapse.db")
+	if out, code := lapseCmd(t, nil, "migrate", "--store", url); code != 0 {
+		t.Fatalf("migrate: %s", out)
+	}
+	statement := filepath.Join(dir, "statement.csv")
+	if err := writeFile(statement, "ghost\x1b[2J,pay\x1b]0;pwned\x07,PAID,100\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, code := lapseCmd(t, nil, "reconcile", "--store", url, "--statement", statement)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (a mismatch):\n%s", code, out)
+	}
+	if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `"ghost\x1b[2J"`) || !strings.Contains(out, `"pay\x1b]0;pwned\a"`) {
+		t.Fatalf("want the ids Go-quoted, no raw control character:\n%q", out)
+	}
+}
