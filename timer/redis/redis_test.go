@@ -684,12 +684,10 @@ func TestAnotherInstanceSeeding(t *testing.T) {
 			<-release
 			return nil
 		}
-		var ss []*redis.Scheduler
 		for range 3 {
 			s := mustNew(t, rdb, cfg)
 			s.SetSeed(slowSeed)
 			run(t, s, func(context.Context, []timer.Timer) error { return nil })
-			ss = append(ss, s)
 		}
 		waitFor(t, "one instance seeding", 5*time.Second, func() bool { return seeds.Load() > 0 })
 		time.Sleep(300 * time.Millisecond)
