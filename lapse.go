@@ -69,7 +69,10 @@ type Config struct {
 	// backend lost. Defaults to 30 s; negative disables it.
 	SweepInterval time.Duration
 	// SweepLag is how overdue an order must be before the sweep takes it,
-	// leaving the primary backend its chance first. Defaults to 10 s.
+	// leaving the primary backend its chance first. Defaults to 10 s; a
+	// negative value means no lag (zero asks for the default, as everywhere
+	// in Config): the sweep takes an order once cancel_after has passed, and
+	// never before, whatever the value.
 	SweepLag time.Duration
 	// BatchSize is the most orders cancelled in one transaction. Defaults to 200.
 	BatchSize int
@@ -126,6 +129,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SweepLag == 0 {
 		c.SweepLag = 10 * time.Second
+	}
+	if c.SweepLag < 0 {
+		c.SweepLag = 0 // the store claims cancel_after <= now - lag: a negative lag would cancel early
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 200
@@ -230,6 +236,10 @@ func New(cfg Config) (*Service, error) {
 // Registry is where the metrics live (Config.Registerer's Gatherer, or the
 // registry the Service made).
 func (s *Service) Registry() prometheus.Gatherer { return s.metrics.gatherer }
+
+// Config returns the configuration the service runs with: New's, with every
+// default filled in, so that a start-up log shows what is actually used.
+func (s *Service) Config() Config { return s.cfg }
 
 // Store returns the store the service runs on.
 func (s *Service) Store() store.Store { return s.store }

@@ -261,6 +261,25 @@ func TestFallbackSweepCatchesLostTimers(t *testing.T) {
 	storetest.AuditOK(t, st)
 }
 
+// A negative SweepLag is no lag: the sweep takes an order as soon as its
+// cancel_after has passed, and never before it. (It used to take orders
+// that were not due yet: cancel_after <= now - lag with lag < 0.)
+func TestNegativeSweepLagIsNoLag(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
+	t.Cleanup(func() { st.Close() })
+	svc := newService(t, lapse.Config{Store: st, Scheduler: lossy{}, SweepInterval: 20 * time.Millisecond, SweepLag: -time.Hour})
+	storetest.Stock(t, st, 10, "sku")
+	start(t, svc)
+	o := create(t, svc, "lost", 300*time.Millisecond)
+	waitFor(t, 5*time.Second, "the sweep to cancel the lost order", func() bool { return status(t, svc, "lost") == order.Cancelled })
+	got, _ := svc.Get(context.Background(), "lost")
+	if got.CancelledAt.Before(o.CancelAfter) {
+		t.Fatalf("the sweep cancelled an order %s before its cancel_after", o.CancelAfter.Sub(got.CancelledAt))
+	}
+	storetest.AuditOK(t, st)
+}
+
 func TestPollStoreWakesForAnEarlierDeadline(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))

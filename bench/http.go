@@ -15,6 +15,7 @@ import (
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -43,7 +44,7 @@ type HTTPConfig struct {
 func HTTP(cfg HTTPConfig) (Target, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("bench: target %q: want http://host:port", cfg.URL)
+		return nil, fmt.Errorf("bench: target %q: want http://host:port", redact.URL(cfg.URL))
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/lapsehq/lapse/redact"
 )
 
 // Errors of the HTTP gateway client. Both mean "unknown": the caller retries
@@ -151,15 +153,19 @@ var _ Gateway = (*HTTPGateway)(nil)
 // NewHTTPGateway returns a client of the gateway at baseURL (http or https,
 // optionally with a path prefix: https://pay.example.com/lapse).
 func NewHTTPGateway(baseURL string, cfg HTTPConfig) (*HTTPGateway, error) {
+	shown := redact.URL(baseURL) // the URL may hold a password: never show it whole
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("payment: gateway URL %q: %w", baseURL, err)
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // without the URL
+		}
+		return nil, fmt.Errorf("payment: gateway URL %q: %w", shown, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("payment: gateway URL %q: want http(s)://host[:port][/prefix]", baseURL)
+		return nil, fmt.Errorf("payment: gateway URL %q: want http(s)://host[:port][/prefix]", shown)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("payment: gateway URL %q: no query or fragment allowed", baseURL)
+		return nil, fmt.Errorf("payment: gateway URL %q: no query or fragment allowed", shown)
 	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
@@ -168,9 +174,9 @@ func NewHTTPGateway(baseURL string, cfg HTTPConfig) (*HTTPGateway, error) {
 	g := &HTTPGateway{base: strings.TrimRight(u.String(), "/"), cfg: cfg}
 	if cfg.BreakerFailures > 0 {
 		n := uint32(cfg.BreakerFailures)
-		log, base := cfg.Logger, g.base
+		log, base := cfg.Logger, redact.URL(g.base)
 		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        "payment gateway " + g.base,
+			Name:        "payment gateway " + base,
 			MaxRequests: 1,
 			Timeout:     cfg.BreakerOpenFor,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n },

@@ -658,3 +658,18 @@ func TestBreakerOpensFailsFastAndRecovers(t *testing.T) {
 		t.Errorf("%d requests, want 6", got)
 	}
 }
+
+// A gateway URL may carry credentials (http://user:pw@host): an error about
+// the URL shows it without the password.
+func TestGatewayURLErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://lapse:pw-0451@bad host", "ftp://lapse:pw-0451@gateway", "http://lapse:pw-0451@gateway/x?y=1"} {
+		_, err := payment.NewHTTPGateway(u, payment.HTTPConfig{})
+		if err == nil {
+			t.Fatalf("%s: accepted", u)
+		}
+		if strings.Contains(err.Error(), "pw-0451") || !strings.Contains(err.Error(), "lapse:xxxxx@") {
+			t.Errorf("NewHTTPGateway: %v", err)
+		}
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lapsehq/lapse/redact"
 )
 
 // MockConfig configures a Mock. Zero fields take the defaults named below.
@@ -219,7 +221,7 @@ func (m *Mock) ListenAndServe(ctx context.Context, addr string) error {
 // ctx ends, or the server's error.
 func (m *Mock) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: m, ReadHeaderTimeout: 5 * time.Second}
-	m.cfg.Logger.Info("mock payment gateway listening", "addr", ln.Addr().String(), "callback_url", m.cfg.CallbackURL)
+	m.cfg.Logger.Info("mock payment gateway listening", "addr", ln.Addr().String(), "callback_url", redact.URL(m.cfg.CallbackURL))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	defer m.Close()

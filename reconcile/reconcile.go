@@ -329,7 +329,7 @@ func (r *run) fromStatement(ctx context.Context) error {
 			})
 			r.duplicates(id, "", 0, rec)
 		default:
-			return fmt.Errorf("reconcile: look up order %s: %w", id, err)
+			return fmt.Errorf("reconcile: look up order %s: %w", showID(id), err)
 		}
 	}
 	return nil

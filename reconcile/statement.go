@@ -76,7 +76,7 @@ func ParseStatement(r io.Reader) (map[string]Record, error) {
 			continue
 		}
 		if err := rec.merge(st); err != nil {
-			return nil, fmt.Errorf("reconcile: statement line %d: order %s: %w", line, id, err)
+			return nil, fmt.Errorf("reconcile: statement line %d: order %s: %w", line, showID(id), err)
 		}
 		recs[id] = rec
 	}
@@ -119,7 +119,7 @@ func (r *Record) merge(st payment.Status) error {
 		for _, p := range append([]payment.Status{r.Status}, r.ExtraPayments...) {
 			if p.PaymentID == st.PaymentID {
 				if p.AmountCents != st.AmountCents {
-					return fmt.Errorf("payment %s listed with amounts %d and %d", st.PaymentID, p.AmountCents, st.AmountCents)
+					return fmt.Errorf("payment %s listed with amounts %d and %d", showID(st.PaymentID), p.AmountCents, st.AmountCents)
 				}
 				return nil
 			}

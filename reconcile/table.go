@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // WriteTable writes the report for a person: a summary line, then the
@@ -39,8 +40,8 @@ func WriteTable(w io.Writer, rep Report) error {
 			if lapse == "" {
 				lapse, lapseAmount = "-", "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Kind, cell(m.OrderID), lapse, lapseAmount,
-				m.GatewayStatus, m.GatewayAmount, cell(m.PaymentID), cell(m.Detail))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Kind, idCell(m.OrderID), lapse, lapseAmount,
+				m.GatewayStatus, m.GatewayAmount, idCell(m.PaymentID), cell(m.Detail))
 		}
 	}
 	section("MISMATCHES", rep.Mismatches)
@@ -49,16 +50,57 @@ func WriteTable(w io.Writer, rep Report) error {
 		fmt.Fprintf(tw, "\nERRORS (gateway state unknown; run again)\n")
 		fmt.Fprintln(tw, "ORDER\tERROR")
 		for _, e := range rep.Errors {
-			fmt.Fprintf(tw, "%s\t%s\n", cell(e.OrderID), cell(e.Error))
+			fmt.Fprintf(tw, "%s\t%s\n", idCell(e.OrderID), cell(e.Error))
 		}
 	}
 	return tw.Flush()
 }
 
-// cell keeps a value on one line and out of the column separators.
+// idCell is an id's column: "-" for none, else the id as showID prints it.
+func idCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return showID(s)
+}
+
+// cell is a column of free text (a detail, an error): on one line, out of
+// the column separators, with every other character a terminal would act
+// on escaped, as in a Go string but without the quotes.
 func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
+	s = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
+	if printable(s) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return strings.ReplaceAll(q[1:len(q)-1], `\"`, `"`)
+}
+
+// showID is an id as it may be shown to a person: unchanged when every
+// character of it is printable, else Go-quoted ("o-\x1b[2J1"). Ids come from
+// the gateway and its statements; printed raw, one with an escape sequence
+// could clear the screen, retitle the terminal or hide the rows after it.
+func showID(s string) string {
+	if printable(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// printable reports whether s is valid UTF-8 made of printable characters
+// only (strconv.IsPrint: letters, marks, numbers, punctuation, symbols and
+// the ASCII space).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }

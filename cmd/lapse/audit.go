@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -25,39 +26,42 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := st.Migrate(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: schema up to date\n", redactURL(*storeURL))
+	fmt.Fprintf(stdout, "%s: schema up to date\n", redact.URL(*storeURL))
 	return nil
 }
 
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("audit", stderr)
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
-	lag := fs.Duration("allowed-lag", 30*time.Second, "how long a PENDING order may stay past cancel_after before it is a violation")
+	lag := fs.Duration("allowed-lag", 30*time.Second, none, "how long a PENDING order may stay past cancel_after before it is a violation")
 	examples := fs.Int("examples", 10, "violating rows listed per check")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := openStore(ctx, *storeURL)
+	// Exit 1 says "an invariant is broken": a store that cannot be audited
+	// must not say the same, nor pass for clean, to a script or a cron job.
+	couldNotRun := func(err error) error { return exitError{code: 2, err: err} }
+	st, err := openExistingStore(ctx, *storeURL)
 	if err != nil {
-		return err
+		return couldNotRun(err)
 	}
 	defer st.Close()
 	rep, err := st.Audit(ctx, store.AuditParams{AllowedLag: *lag, MaxExamples: *examples})
 	if err != nil {
-		return err
+		return couldNotRun(fmt.Errorf("%s: %w", redact.URL(*storeURL), err))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(auditJSON(rep)); err != nil {
-			return err
+			return couldNotRun(fmt.Errorf("write the report: %w", err))
 		}
 	} else {
 		writeAudit(stdout, rep)
 	}
 	if !rep.OK() {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

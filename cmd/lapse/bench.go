@@ -22,6 +22,7 @@ import (
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer/redis"
 
@@ -68,24 +69,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	orders := fs.Int("orders", 2000, "orders to create (with --duration: an upper bound, none unless given)")
 	var rate rateFlag
 	fs.Var(&rate, "rate", "orders created per second, open loop: 1000 or 1000/s (0: as fast as --concurrency allows)")
-	timeout := fs.Duration("timeout", 0, "each order's payment window; deadline = creation + timeout (default 5s with --rate or --duration)")
-	duration := fs.Duration("duration", 0, "keep creating orders at --rate for this long (a soak), then wait for the last deadlines")
-	grace := fs.Duration("grace", 0, "wait after expires_at before cancelling (the service's grace; lapse serve's default is 60s)")
-	lead := fs.Duration("lead", 5*time.Second, "without --rate/--timeout/--duration: time from the start to the first deadline (creation must finish within it)")
-	spread := fs.Duration("spread", time.Second, "without --rate/--timeout/--duration: window the deadlines are spread over")
+	timeout := fs.Duration("timeout", 0, positive, "each order's payment window; deadline = creation + timeout (default 5s with --rate or --duration)")
+	duration := fs.Duration("duration", 0, none, "keep creating orders at --rate for this long (a soak), then wait for the last deadlines")
+	grace := fs.Duration("grace", 0, none, "wait after expires_at before cancelling (the service's grace; lapse serve's default is 60s)")
+	lead := fs.Duration("lead", 5*time.Second, positive, "without --rate/--timeout/--duration: time from the start to the first deadline (creation must finish within it)")
+	spread := fs.Duration("spread", time.Second, positive, "without --rate/--timeout/--duration: window the deadlines are spread over")
 	payRatio := fs.Float64("pay-ratio", 0, "fraction of orders paid (payment started, then a signed success callback) before their deadline")
 	payAt := fs.String("pay-at", string(bench.PayRandom), "when payments start: near-deadline (just before expires_at) or random (any time before it)")
 	skus := fs.Int("skus", 100, "SKUs the orders spread over")
 	hotShare := fs.Float64("hot-sku-share", 0, "fraction of orders that all reserve one SKU (a flash sale)")
 	concurrency := fs.Int("concurrency", 0, "goroutines creating orders (default 8; 64 with --rate)")
-	killEvery := fs.Duration("kill-every", 0, "kill the in-process worker this often, without shutdown, and start a fresh one on the same store (a crash and a restart)")
-	flushRedisAt := fs.Duration("flush-redis-at", 0, "with --timers redis://…: this long into the run, delete every key of the run's timers from Redis, as a FLUSHALL would (lapse must notice, reseed from the store and still cancel everything)")
-	restartDBAt := fs.Duration("restart-db-at", 0, "this long into the run, take the database away and bring it back, as a restart does to its clients: run --restart-db-cmd, or else cut every connection of the run (PostgreSQL: pg_terminate_backend on the run's application_name; through a proxy of the run's) and refuse new ones for --restart-db-down. Creates, payments and reads that fail meanwhile are retried, creates with an Idempotency-Key")
+	killEvery := fs.Duration("kill-every", 0, span{zero: "never", min: 10 * time.Millisecond}, "kill the in-process worker this often, without shutdown, and start a fresh one on the same store (a crash and a restart)")
+	flushRedisAt := fs.Duration("flush-redis-at", 0, none, "with --timers redis://…: this long into the run, delete every key of the run's timers from Redis, as a FLUSHALL would (lapse must notice, reseed from the store and still cancel everything)")
+	restartDBAt := fs.Duration("restart-db-at", 0, none, "this long into the run, take the database away and bring it back, as a restart does to its clients: run --restart-db-cmd, or else cut every connection of the run (PostgreSQL: pg_terminate_backend on the run's application_name; through a proxy of the run's) and refuse new ones for --restart-db-down. Creates, payments and reads that fail meanwhile are retried, creates with an Idempotency-Key")
 	restartDBCmd := fs.String("restart-db-cmd", "", "with --restart-db-at: a shell command (sh -c) that restarts the database, e.g. 'pg_ctlcluster 15 main restart'; the fault lasts until it exits (an exit status other than 0 fails the run). Needed with --target")
-	restartDBDown := fs.Duration("restart-db-down", time.Second, "with --restart-db-at and no --restart-db-cmd: how long the database stays away (new connections refused)")
-	chaosLatency := fs.Duration("chaos-latency", 0, "put a proxy (toxiproxy, in this process) between the in-process service and its servers — the store's PostgreSQL or MySQL, and Redis timers — that delays every answer by this much: one round trip costs this much more (whole milliseconds)")
-	chaosJitter := fs.Duration("chaos-jitter", 0, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
-	wait := fs.Duration("wait", time.Minute, "how long past the last deadline to wait for every cancel")
+	restartDBDown := fs.Duration("restart-db-down", time.Second, none, "with --restart-db-at and no --restart-db-cmd: how long the database stays away (new connections refused)")
+	chaosLatency := fs.Duration("chaos-latency", 0, none, "put a proxy (toxiproxy, in this process) between the in-process service and its servers — the store's PostgreSQL or MySQL, and Redis timers — that delays every answer by this much: one round trip costs this much more (whole milliseconds)")
+	chaosJitter := fs.Duration("chaos-jitter", 0, none, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
+	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (in-process service included) to this file, for go tool pprof")
 	blockProfile := fs.String("blockprofile", "", "write a profile of where goroutines waited (locks, channels, the store's connection pool) to this file")
@@ -99,11 +100,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 
-	// Zero means "the default" in bench.Config; given on the command line it is a mistake.
-	for name, zero := range map[string]bool{
-		"orders": *orders == 0, "skus": *skus == 0, "timeout": *timeout == 0,
-		"lead": *lead == 0, "spread": *spread == 0, "wait": *wait == 0,
-	} {
+	// Zero means "the default" in bench.Config; given on the command line it
+	// is a mistake (parseFlags says so for the durations).
+	for name, zero := range map[string]bool{"orders": *orders == 0, "skus": *skus == 0} {
 		if given[name] && zero {
 			return usage("--%s %s: want more than 0", name, fs.Lookup(name).Value)
 		}
@@ -129,9 +128,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return usage("%v", err)
 	}
-	if *grace < 0 {
-		return usage("--grace %s: must not be negative", *grace)
-	}
 	if *target != "" {
 		switch {
 		case *killEvery > 0:
@@ -144,7 +140,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--pay-ratio %v with --target: payments need --callback-secret (the server's), to sign the success callbacks", *payRatio)
 		}
 		if u, err := url.Parse(*target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usage("--target %q: want http://host:port", *target)
+			return usage("--target %q: want http://host:port", redact.URL(*target))
 		}
 	}
 	redisTimers := isRedisURL(*timers)
@@ -257,7 +253,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		onWhat = "lapse serve at " + *target
+		onWhat = "lapse serve at " + redact.URL(*target)
 	} else {
 		logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		if *killEvery > 0 || given["restart-db-at"] {
@@ -296,7 +292,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return lapse.New(c)
 		})
-		onWhat = fmt.Sprintf("%s + %s timers", redactURL(storeArg), redactURL(*timers))
+		onWhat = fmt.Sprintf("%s + %s timers", redact.URL(storeArg), redact.URL(*timers))
 		if chaos != nil {
 			onWhat += describeChaos(chaos.Result())
 		}
@@ -333,7 +329,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		printBench(stdout, res)
 	}
 	if res.Audit.Status == "failed" || res.Early > 0 {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

@@ -305,3 +305,51 @@ func TestReconcileFindsPlantedMismatches(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// lapse mockpay answers without authentication and signs callbacks with a
+// real secret: it listens on loopback only, unless --allow-public says so.
+func TestMockpayRefusesAPublicAddress(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		out, code := lapseRun(t, 10*time.Second, nil, "mockpay", "--listen", addr, "--callback-secret", "s")
+		if code != 2 || !strings.Contains(out, "--allow-public") {
+			t.Errorf("mockpay --listen %s: exit %d, want 2 and a message naming --allow-public:\n%s", addr, code, out)
+		}
+	}
+	cmd := exec.Command(binary, "mockpay", "--listen", "0.0.0.0:0", "--allow-public")
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "mock payment gateway listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("mockpay --allow-public did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lapse reconcile prints the gateway's ids with their control characters
+// escaped: a statement line cannot write escape sequences to the terminal.
+func TestReconcileEscapesGatewayIDs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "lapse.db")
+	if out, code := lapseCmd(t, nil, "migrate", "--store", url); code != 0 {
+		t.Fatalf("migrate: %s", out)
+	}
+	statement := filepath.Join(dir, "statement.csv")
+	if err := writeFile(statement, "ghost\x1b[2J,pay\x1b]0;pwned\x07,PAID,100\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, code := lapseCmd(t, nil, "reconcile", "--store", url, "--statement", statement)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (a mismatch):\n%s", code, out)
+	}
+	if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `"ghost\x1b[2J"`) || !strings.Contains(out, `"pay\x1b]0;pwned\a"`) {
+		t.Fatalf("want the ids Go-quoted, no raw control character:\n%q", out)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store/mysql"
 )
 
@@ -36,7 +38,7 @@ func postgresURL(t *testing.T) string {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect %s: %v", redactURL(base), err)
+		t.Fatalf("connect %s: %v", redact.URL(base), err)
 	}
 	defer conn.Close(ctx)
 	schema := randomName("lapse_e2e_")
@@ -323,5 +325,71 @@ func TestRedisDataLossUnderLoad(t *testing.T) {
 	s.stop()
 	if out, code := lapseCmd(t, nil, "audit", "--store", storeURL); code != 0 {
 		t.Fatalf("audit exit %d:\n%s", code, out)
+	}
+}
+
+// Two deployments of lapse — each with a store of its own and the same order
+// ids — share one Redis database with different --redis-prefix values, the
+// fallback sweep off: neither takes the other's timers, so every order of
+// each is cancelled by its own timers, and every key in Redis carries one
+// of the two prefixes.
+func TestTwoDeploymentsOnOneRedisDatabase(t *testing.T) {
+	t.Parallel()
+	timers := redisURL(t, 11)
+	prefixes := []string{"shop-eu", "shop-us"}
+	var servers []*server
+	for _, p := range prefixes {
+		s := startServe(t, []string{"LAPSE_REDIS_PREFIX=" + p}, "--store", "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"),
+			"--timers", timers, "--grace", "0s", "--sweep-interval", "0")
+		if !strings.Contains(s.logs.String(), "redis_prefix="+p) {
+			t.Fatalf("the start-up log does not show the prefix %s:\n%s", p, s.logs.String())
+		}
+		s.call("PUT", "/v1/skus/tee", `{"available": 100}`, 200)
+		servers = append(servers, s)
+	}
+	const orders = 20
+	for i := range orders {
+		for _, s := range servers {
+			s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":"o-%02d","items":[{"sku":"tee","qty":1}],"amount_cents":100,"timeout_seconds":1}`, i), 201)
+		}
+	}
+	for _, s := range servers {
+		if late := settled(t, s, 15*time.Second); len(late) != orders {
+			t.Fatalf("%d orders cancelled for timeout, want %d", len(late), orders)
+		}
+	}
+	for _, s := range servers {
+		s.stop()
+	}
+	opt, err := goredis.ParseURL(timers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(opt)
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		p, _, _ := strings.Cut(k, ":")
+		if p != prefixes[0] && p != prefixes[1] {
+			t.Errorf("key %q carries neither prefix", k)
+		}
+		seen[p] = true
+	}
+	if !seen[prefixes[0]] || !seen[prefixes[1]] {
+		t.Errorf("keys %v: want some of each deployment", keys)
+	}
+}
+
+func TestRedisPrefixIsValidated(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"", "shop{eu}"} {
+		out, code := lapseRun(t, 15*time.Second, nil, "serve", "--addr", "127.0.0.1:0", "--timers", "redis://127.0.0.1:1/0", "--redis-prefix", p)
+		if code != 2 || !strings.Contains(out, "--redis-prefix: redis: key prefix") {
+			t.Errorf("--redis-prefix %q: exit %d:\n%s", p, code, out)
+		}
 	}
 }

@@ -36,10 +36,21 @@ var commands = []command{
 	{"version", "print the version", runVersion},
 }
 
-// exitError carries a specific exit status (audit uses 1 for a violation).
-type exitError struct{ code int }
+// exitError carries a specific exit status (audit: 1 for a violation, 2 when
+// it could not run) and, when err is set, the message to print with it.
+type exitError struct {
+	code int
+	err  error
+}
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func (e exitError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.As(err, &ee):
+			if ee.err != nil {
+				fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, ee.err)
+			}
 			return ee.code
 		case errors.Is(err, errUsage):
 			return 2

@@ -266,6 +266,37 @@ func TestAuditExitsOneOnAViolation(t *testing.T) {
 	}
 }
 
+// lapse audit exits 1 for a violation (TestAuditExitsOneOnAViolation) and 2
+// when it could not audit at all, saying why; a database it is pointed at
+// that does not exist is an error, not a new empty file.
+func TestAuditExitsTwoWhenItCannotRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "typo.db")
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		store, want string
+	}{
+		{"sqlite://" + missing, "no such database file"},
+		{"sqlite://" + empty, "audit"}, // a file that is no lapse database
+		{"postgres://postgres@" + freePort(t) + "/x?connect_timeout=5", "lapse audit: "},
+		{"oracle://x", "unsupported scheme"},
+	} {
+		for _, json := range []string{"--json=false", "--json"} {
+			out, code := lapseCmd(t, nil, "audit", "--store", c.store, json)
+			if code != 2 || !strings.Contains(out, c.want) {
+				t.Errorf("audit --store %s %s: exit %d, want 2 and %q:\n%s", c.store, json, code, c.want, out)
+			}
+		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("audit created the database file it was pointed at")
+	}
+}
+
 func TestServeRefusesAnOpenAddressWithoutToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -312,7 +343,7 @@ func TestBadFlagsAndCommands(t *testing.T) {
 		{nil, []string{"serve", "--no-such-flag"}, 2, "flag provided but not defined"},
 		{[]string{"LAPSE_GRACE=soon"}, []string{"serve"}, 1, "LAPSE_GRACE"},
 		{nil, []string{"serve", "--timers", "cron"}, 1, "unsupported"},
-		{nil, []string{"audit", "--store", "oracle://x"}, 1, "unsupported scheme"},
+		{nil, []string{"audit", "--store", "oracle://x"}, 2, "unsupported scheme"}, // audit: 2 when it could not run
 		{nil, []string{"version"}, 0, "lapse "},
 	}
 	for _, c := range cases {
@@ -327,8 +358,8 @@ func TestEnvironmentFillsFlagsTheCommandLineWins(t *testing.T) {
 	t.Setenv("LAPSE_GRACE", "5s")
 	t.Setenv("LAPSE_DEFAULT_TIMEOUT", "1m")
 	fs := newFlagSet("x", io.Discard)
-	grace := fs.Duration("grace", time.Minute, "")
-	timeout := fs.Duration("default-timeout", 15*time.Minute, "")
+	grace := fs.Duration("grace", time.Minute, none, "")
+	timeout := fs.Duration("default-timeout", 15*time.Minute, positive, "")
 	if err := parseFlags(fs, []string{"--default-timeout", "2m"}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/reconcile"
+	"github.com/lapsehq/lapse/redact"
 )
 
 // gatewayFlags are the flags of the payment gateway client (serve, reconcile).
@@ -23,11 +23,11 @@ type gatewayFlags struct {
 	retries    *int
 }
 
-func addGatewayFlags(fs *flag.FlagSet) gatewayFlags {
+func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
 		url:     fs.String("gateway", "", "payment gateway base URL (lapse's JSON protocol); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
-		timeout: fs.Duration("gateway-timeout", 2*time.Second, "timeout of one gateway request"),
+		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
 		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
 	}
 }
@@ -47,10 +47,11 @@ func (g gatewayFlags) callTimeout() time.Duration {
 
 func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("mockpay", stderr)
-	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway")
+	listen := fs.String("listen", "127.0.0.1:8090", "address of the mock gateway; a loopback one unless --allow-public")
+	allowPublic := fs.Bool("allow-public", false, "let --listen name a non-loopback address: anyone who reaches it can mark orders paid and have callbacks signed with --callback-secret sent to lapse")
 	callbackURL := fs.String("callback-url", "http://127.0.0.1:8080", "lapse's base URL; callbacks go to <url>/v1/payments/notify")
 	secret := fs.String("callback-secret", "", "secret the callbacks are signed with (lapse serve's --callback-secret)")
-	delay := fs.Duration("callback-delay", 0, "hold every callback this long (a slow gateway)")
+	delay := fs.Duration("callback-delay", 0, none, "hold every callback this long (a slow gateway)")
 	drop := fs.Bool("drop-callbacks", false, "never send callbacks (callback lost)")
 	silent := fs.Bool("silent-paid", false, "report paid when queried, but send no success callback")
 	failQueries := fs.Bool("fail-queries", false, "answer every query with 503")
@@ -59,6 +60,13 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	token := fs.String("token", "", "bearer token required on the protocol's routes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// Its /_control route never takes a token, /payments/{id}/pay only with
+	// --token, and a payment it is told of becomes a callback signed with the
+	// real secret: whoever reaches the mock can have lapse mark orders paid.
+	if !isLoopback(*listen) && !*allowPublic {
+		fmt.Fprintf(stderr, "lapse mockpay: refusing to listen on %s: the mock gateway's test routes take no authentication and it signs callbacks with --callback-secret, so anyone who reaches it could mark orders paid; listen on 127.0.0.1, or pass --allow-public\n", *listen)
+		return errUsage
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if *secret == "" {
@@ -70,7 +78,7 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		AuthToken: *token, Logger: logger,
 	})
 	defer m.Close()
-	logger.Info("mock gateway serving", "addr", *listen, "callback_url", *callbackURL)
+	logger.Info("mock gateway serving", "addr", *listen, "callback_url", redact.URL(*callbackURL))
 	err := m.ListenAndServe(ctx, *listen)
 	if ctx.Err() != nil {
 		return nil
@@ -151,7 +159,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if !rep.OK() {
-		return exitError{1}
+		return exitError{code: 1}
 	}
 	return nil
 }

@@ -12,53 +12,85 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/redact"
+	"github.com/lapsehq/lapse/timer/redis"
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token of at least 16 bytes")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
 	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,h3:7002")
-	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
-	sweepLag := fs.Duration("sweep-lag", 10*time.Second, "how overdue an order must be before the fallback sweep takes it")
-	grace := fs.Duration("grace", 60*time.Second, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
-	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, "payment window of an order that names no timeout_seconds")
-	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, "largest timeout_seconds accepted")
+	redisPrefix := fs.String("redis-prefix", redis.DefaultPrefix, "with Redis timers: the prefix of every key; deployments that share one Redis database need different ones (no '{' or '}')")
+	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, span{zero: "off", min: 10 * time.Millisecond}, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
+	sweepLag := fs.Duration("sweep-lag", 10*time.Second, none, "how overdue an order must be before the fallback sweep takes it (may be 0)")
+	grace := fs.Duration("grace", 60*time.Second, none, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
+	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, span{min: time.Millisecond}, "payment window of an order that names no timeout_seconds")
+	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, positive, "largest timeout_seconds accepted")
 	currency := fs.String("default-currency", "USD", "currency of an order that names none (ISO 4217)")
-	callbackSecret := fs.String("callback-secret", "", "HMAC secret of the payment callback signature; without one every callback is refused")
+	callbackSecretFlag := addSecretFlag(fs, "callback-secret", "HMAC secret of the payment callback signature; without one every callback is refused")
 	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
-	apiToken := fs.String("api-token", "", "bearer token required on /v1 routes (except the signed payment callback)")
+	apiTokenFlag := addSecretFlag(fs, "api-token", "bearer token required on /v1 routes (except the signed payment callback)")
 	gw := addGatewayFlags(fs)
-	confirmAfter := fs.Duration("confirm-after", time.Minute, "query the gateway again this long after cancelling an order that had a payment attempt")
-	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, "how long to wait while the gateway reports a payment in progress before closing the trade")
-	remindBefore := fs.Duration("remind-before", 0, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
+	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
+	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
+	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long SIGTERM waits for requests and the cancel batch in hand")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	usage := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "lapse serve: "+format+"\n", a...)
+		return errUsage
+	}
+	callbackSecret, err := callbackSecretFlag.get()
+	if err != nil {
+		return usage("%v", err)
+	}
+	apiToken, err := apiTokenFlag.get()
+	if err != nil {
+		return usage("%v", err)
+	}
 	logger, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return err
 	}
-	if *apiToken == "" && !isLoopback(*addr) {
-		return fmt.Errorf("refusing to listen on %s without --api-token (or LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
+	if err := redis.ValidatePrefix(*redisPrefix); err != nil {
+		fmt.Fprintf(stderr, "lapse serve: --redis-prefix: %v\n", err)
+		return errUsage
+	}
+	if *maxTimeout < *defaultTimeout {
+		fmt.Fprintf(stderr, "lapse serve: --max-timeout %s is below --default-timeout %s\n", *maxTimeout, *defaultTimeout)
+		return errUsage
+	}
+	if !isLoopback(*addr) {
+		switch {
+		case apiToken == "":
+			return usage("refusing to listen on %s without --api-token (or --api-token-file, LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
+		case len(apiToken) < minPublicToken:
+			return usage("refusing to listen on %s with a %d-byte --api-token: a non-loopback address needs one of at least %d bytes, which cannot be guessed (openssl rand -hex 32 makes one)", *addr, len(apiToken), minPublicToken)
+		}
 	}
 	cfg := lapse.Config{
 		Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
 		DefaultCurrency: *currency, Logger: logger, SweepInterval: *sweepInterval, SweepLag: *sweepLag,
 	}
 	cfg.RemindBefore = *remindBefore
+	// 0 is "the default" in lapse.Config and "none" on the command line.
 	if *sweepInterval == 0 {
 		cfg.SweepInterval = -1
 	}
-	closeTimers, err := openTimers(&cfg, *timers)
+	if *sweepLag == 0 {
+		cfg.SweepLag = -1
+	}
+	openedTimers, err := openTimers(&cfg, *timers, *redisPrefix)
 	if err != nil {
 		return err
 	}
-	defer closeTimers()
+	defer openedTimers.close()
 	if g, err := gw.open(logger); err != nil {
 		return err
 	} else if g != nil {
@@ -76,28 +108,40 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 	}
 	cfg.Store = st
+	if openedTimers.ping != nil {
+		cfg.Store = readyStore{Store: st, timers: openedTimers.ping}
+	}
 	svc, err := lapse.New(cfg)
 	if err != nil {
 		return err
 	}
 	var secrets [][]byte
-	for _, s := range []string{*callbackSecret, *prevSecret} {
+	for _, s := range []string{callbackSecret, *prevSecret} {
 		if s != "" {
 			secrets = append(secrets, []byte(s))
 		}
 	}
-	if len(secrets) == 0 {
+	switch {
+	case len(secrets) == 0:
 		logger.Warn("no callback secret: every payment callback will be refused with 401; start with --callback-secret S or set LAPSE_CALLBACK_SECRET")
+	case callbackSecret == "":
+		logger.Warn("--previous-callback-secret without --callback-secret: only callbacks signed with the previous secret are accepted; " +
+			"while rotating, set --callback-secret to the new secret too")
 	}
-	handler := httpapi.New(svc, httpapi.Options{APIToken: *apiToken, CallbackSecrets: secrets, Logger: logger})
+	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Logger: logger})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
-	logger.Info("lapse serving", "addr", ln.Addr().String(), "store", redactURL(*storeURL), "timers", *timers,
-		"grace", *grace, "default_timeout", *defaultTimeout, "gateway", *gw.url, "auth", *apiToken != "", "version", version)
+	started := []any{"addr", ln.Addr().String(), "store", redact.URL(*storeURL), "timers", redact.URL(*timers)}
+	if isRedisURL(*timers) {
+		started = append(started, "redis_prefix", *redisPrefix)
+	}
+	used := svc.Config()
+	logger.Info("lapse serving", append(started, "grace", used.Grace, "default_timeout", used.DefaultTimeout,
+		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/mysql"
 	"github.com/lapsehq/lapse/store/postgres"
@@ -29,21 +34,51 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 	case "mysql":
 		return mysql.Open(ctx, mysql.Config{URL: url})
 	default:
-		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redactURL(url), scheme)
+		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redact.URL(url), scheme)
 	}
+}
+
+// openExistingStore is openStore for a command that only reads (audit): a
+// SQLite file that does not exist is an error, where opening it would create
+// an empty database (a typo in the path would then audit clean).
+//
+// The file is opened as serve opens it, read-write: store/sqlite has no
+// read-only mode yet.
+func openExistingStore(ctx context.Context, url string) (store.Store, error) {
+	if strings.HasPrefix(url, "sqlite://") {
+		path, err := sqlite.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("--store %s: no such database file (it is not created for an audit: check the path, or create it with lapse migrate)", redact.URL(url))
+		} else if err != nil {
+			return nil, fmt.Errorf("--store %s: %w", redact.URL(url), err)
+		}
+	}
+	return openStore(ctx, url)
 }
 
 // setTimers configures the timer backend a --timers value names, for a
 // short-lived command that lets the process exit release its connections.
 func setTimers(cfg *lapse.Config, spec string) error {
-	_, err := openTimers(cfg, spec)
+	_, err := openTimers(cfg, spec, redis.DefaultPrefix)
 	return err
 }
 
-// openTimers configures the timer backend a --timers value names. The
-// returned close releases its connections (a no-op for in-process timers).
-func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
-	nop := func() error { return nil }
+// openedTimers is a timer backend openTimers configured.
+type openedTimers struct {
+	// close releases its connections (a no-op for in-process timers).
+	close func() error
+	// ping checks that a backend outside the process answers, for
+	// readiness; nil when there is none beyond the store.
+	ping func(context.Context) error
+}
+
+// openTimers configures the timer backend a --timers value names; Redis
+// timers keep their keys under prefix.
+func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
+	opened := openedTimers{close: func() error { return nil }}
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch {
 	case spec == "memory":
@@ -53,34 +88,45 @@ func openTimers(cfg *lapse.Config, spec string) (func() error, error) {
 	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
 		client, err := redis.ParseURL(spec)
 		if err != nil {
-			return nop, fmt.Errorf("--timers: %w", err)
+			return opened, fmt.Errorf("--timers: %w", err)
 		}
-		s, err := redis.New(client, redis.Config{Logger: cfg.Logger})
+		s, err := redis.New(client, redis.Config{Prefix: prefix, Logger: cfg.Logger})
 		if err != nil {
 			client.Close()
-			return nop, fmt.Errorf("--timers: %w", err)
+			return opened, fmt.Errorf("--timers: %w", err)
 		}
 		cfg.Scheduler = s
-		return client.Close, nil
+		opened.close, opened.ping = client.Close, s.Ping
 	default:
-		return nop, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redactURL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redact.URL(spec))
 	}
-	return nop, nil
+	return opened, nil
 }
 
-// redactURL hides a password in a store URL for logs.
-func redactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
+// readyStore is the store as GET /readyz sees it. httpapi answers /readyz
+// by pinging the service's store; lapse serve gives the service this
+// wrapper, whose Ping asks the timer backend too, so that an instance whose
+// Redis does not answer — it would take orders it cannot cancel on time —
+// says it is not ready, and a load balancer sends the orders elsewhere.
+type readyStore struct {
+	store.Store
+	timers func(context.Context) error
+}
+
+// readyTimeout bounds the timer backend's answer to a readiness check: a
+// Redis that does not answer at all would otherwise hold /readyz for the
+// client's whole dial timeout.
+const readyTimeout = 2 * time.Second
+
+// Ping implements store.Store: the store answers, and so does the timer backend.
+func (s readyStore) Ping(ctx context.Context) error {
+	if err := s.Store.Ping(ctx); err != nil {
+		return err
 	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return u
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := s.timers(ctx); err != nil {
+		return fmt.Errorf("timer backend: %w", err)
 	}
-	cred := rest[:at]
-	if user, _, hasPass := strings.Cut(cred, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
-	}
-	return u
+	return nil
 }

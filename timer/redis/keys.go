@@ -61,3 +61,12 @@ func validPrefix(p string) string {
 	}
 	return ""
 }
+
+// ValidatePrefix returns what is wrong with a key prefix for Config.Prefix,
+// or nil: a command line can check its flag before anything is dialled.
+func ValidatePrefix(p string) error {
+	if msg := validPrefix(p); msg != "" {
+		return fmt.Errorf("redis: key prefix %q: %s", p, msg)
+	}
+	return nil
+}

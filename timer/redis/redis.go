@@ -67,8 +67,11 @@
 // shard (<prefix>:{sNN}:seeded), and while Run runs it checks the markers every
 // Config.LossCheck. When one is missing (at the first start too) one instance
 // takes the seed lock and runs the seed function in the background, without
-// blocking Schedule or deliveries, then sets the markers again; a loss during
-// the seed leaves a marker missing and causes another seed. The fallback sweep
+// blocking Schedule or deliveries, then sets the markers again. The seed is
+// fenced by its lock's token: the markers hold it while the seed runs, and
+// only a marker that still holds it at the end is set to "ok"
+// (lua/seeded.lua), so a loss during the seed, or another instance taking
+// the seed over after the loss took the lock too, causes another seed. The fallback sweep
 // of the service (lapse.Config.SweepInterval) covers the seconds in between,
 // and the losses no marker shows: a failover to a replica that was behind
 // keeps the markers but not the timers set in its last moments.
@@ -96,7 +99,7 @@ import (
 type Config struct {
 	// Prefix starts every key of the scheduler, so that several lapse
 	// deployments (or tests) can share one Redis. It must not contain '{' or
-	// '}'. Defaults to "lapse".
+	// '}'. Defaults to DefaultPrefix.
 	Prefix string
 	// Shards is how many shards (due/lease/meta key triples, each on its own
 	// Cluster slot) the timers are spread over by a hash of their key. More
@@ -131,6 +134,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultPrefix is Config.Prefix's default.
+const DefaultPrefix = "lapse"
+
 // Limits of Config.
 const (
 	maxShards    = 1000
@@ -140,7 +146,7 @@ const (
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = "lapse"
+		c.Prefix = DefaultPrefix
 	}
 	if c.Shards == 0 {
 		c.Shards = 16
@@ -248,6 +254,24 @@ func New(rdb goredis.UniversalClient, cfg Config) (*Scheduler, error) {
 		s.wake[i] = make(chan struct{}, 1)
 	}
 	return s, nil
+}
+
+// Ping checks that Redis answers — every master of a Cluster, since the
+// shards are spread over all of them — for a readiness check: while it
+// fails, timers can be neither set nor delivered.
+func (s *Scheduler) Ping(ctx context.Context) error {
+	if c, ok := s.rdb.(*goredis.ClusterClient); ok {
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			return n.Ping(ctx).Err()
+		}); err != nil {
+			return fmt.Errorf("redis: ping: %w", err)
+		}
+		return nil
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
 }
 
 // Durable reports true: the timers live in Redis, not in the process. A

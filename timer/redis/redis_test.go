@@ -79,19 +79,29 @@ func newPrefix(t *testing.T, rdb goredis.UniversalClient) string {
 
 // purge deletes every key of prefix, on every master of a Cluster: what a
 // FLUSHALL does to a lapse deployment, without disturbing the tests that run
-// beside this one.
+// beside this one. The keys are listed first and then deleted in one round
+// trip per node, so that a scheduler checking its seed markers meanwhile does
+// not see a loss that is only half done (and seed twice, once in between).
 func purge(t *testing.T, rdb goredis.UniversalClient, prefix string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	del := func(ctx context.Context, c *goredis.Client) error {
+		var keys []string
 		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 		for iter.Next(ctx) {
-			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
-				return err
-			}
+			keys = append(keys, iter.Val())
 		}
-		return iter.Err()
+		if err := iter.Err(); err != nil || len(keys) == 0 {
+			return err
+		}
+		_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, k := range keys { // one DEL each: a Cluster node refuses keys of several slots in one
+				p.Del(ctx, k)
+			}
+			return nil
+		})
+		return err
 	}
 	var err error
 	switch c := rdb.(type) {
@@ -412,6 +422,75 @@ func TestScheduleMany(t *testing.T) {
 	})
 }
 
+// Two deployments on one Redis database, each with a prefix of its own,
+// schedule timers with the same keys (order ids are only unique within a
+// deployment): each gets every one of its own timers once, and none of the
+// other's.
+func TestPrefixesKeepDeploymentsApart(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		const n = 50
+		due := time.Now().Add(300 * time.Millisecond)
+		type deployment struct {
+			s *redis.Scheduler
+			r *recorder
+		}
+		var ds []deployment
+		for range 2 {
+			d := deployment{s: mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb), LossCheck: time.Hour}), r: newRecorder(nil)}
+			for i := range n {
+				if err := d.s.Schedule(context.Background(), fmt.Sprintf("order-%02d", i), due); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ds = append(ds, d)
+		}
+		for _, d := range ds {
+			run(t, d.s, d.r.handle)
+		}
+		for i, d := range ds {
+			waitFor(t, fmt.Sprintf("deployment %d's timers delivered", i), 5*time.Second, func() bool {
+				d.r.mu.Lock()
+				defer d.r.mu.Unlock()
+				return len(d.r.got) == n
+			})
+		}
+		for i, d := range ds {
+			for k := range n {
+				if got := len(d.r.deliveries(fmt.Sprintf("order-%02d", k))); got != 1 {
+					t.Errorf("deployment %d: order-%02d delivered %d times, want once", i, k, got)
+				}
+			}
+		}
+	})
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		if err := mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb)}).Ping(context.Background()); err != nil {
+			t.Errorf("Ping of a Redis that answers: %v", err)
+		}
+	})
+	dead, err := redis.ParseURL("redis://127.0.0.1:1/0?dial_timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	if err := mustNew(t, dead, redis.Config{}).Ping(context.Background()); err == nil {
+		t.Error("Ping of a Redis that is not there: nil")
+	}
+}
+
+func TestValidatePrefix(t *testing.T) {
+	t.Parallel()
+	for p, ok := range map[string]bool{"lapse": true, "shop-eu:prod": true, "": false, "a{b": false, "a}b": false} {
+		if err := redis.ValidatePrefix(p); (err == nil) != ok {
+			t.Errorf("ValidatePrefix(%q) = %v", p, err)
+		}
+	}
+}
+
 func TestOneRunAtATime(t *testing.T) {
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
@@ -544,7 +623,8 @@ func TestDataLossIsReseeded(t *testing.T) {
 		time.Sleep(time.Until(base.Add(time.Second)))
 		purge(t, rdb, prefix)
 		lost := time.Now()
-		waitFor(t, "the loss detected and the timers seeded again", 2*time.Second+lossCheck, func() bool { return st.seeds.Load() == 2 })
+		// A seed ends when its markers say so, just before it logs it.
+		waitFor(t, "the loss detected and the timers seeded again", 2*time.Second+lossCheck, func() bool { return logs.count("seeded from the store") == 2 })
 		t.Logf("seeded again %v after the loss", time.Since(lost).Round(time.Millisecond))
 		waitFor(t, "every order cancelled", 5*time.Second+time.Until(base.Add(2*time.Second)), func() bool { return st.left() == 0 })
 		var maxLate time.Duration
@@ -604,12 +684,10 @@ func TestAnotherInstanceSeeding(t *testing.T) {
 			<-release
 			return nil
 		}
-		var ss []*redis.Scheduler
 		for range 3 {
 			s := mustNew(t, rdb, cfg)
 			s.SetSeed(slowSeed)
 			run(t, s, func(context.Context, []timer.Timer) error { return nil })
-			ss = append(ss, s)
 		}
 		waitFor(t, "one instance seeding", 5*time.Second, func() bool { return seeds.Load() > 0 })
 		time.Sleep(300 * time.Millisecond)
@@ -617,6 +695,79 @@ func TestAnotherInstanceSeeding(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		if n := seeds.Load(); n != 1 {
 			t.Errorf("%d instances seeded an empty Redis at once, want 1 (the seed lock)", n)
+		}
+	})
+}
+
+// Redis loses its data while instance A seeds; instance B finds the markers
+// missing, takes the seed lock and starts a seed of its own; A finishes, and
+// B dies before it does. A's seed began before the loss, so it vouches for
+// nothing: the markers must not read "seeded", and the timers must be
+// seeded again. (A used to set every existing marker to "ok" over B's, and
+// the timers the loss took were never seeded again.)
+func TestSeedOverlappingALossIsDoneAgain(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		prefix := newPrefix(t, rdb)
+		logs := &logBuffer{}
+		cfg := redis.Config{Prefix: prefix, Lease: time.Second, LossCheck: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		st := &fakeStore{pending: map[string]time.Time{}}
+		for i := range 20 {
+			st.add(fmt.Sprintf("order-%02d", i), time.Now().Add(100*time.Millisecond))
+		}
+
+		// A's first seed schedules every pending order, then is slow.
+		a := mustNew(t, rdb, cfg)
+		aSeeded, aGo := make(chan struct{}), make(chan struct{})
+		var aSeeds atomic.Int32
+		a.SetSeed(func(ctx context.Context) error {
+			if err := st.seed(a)(ctx); err != nil {
+				return err
+			}
+			if aSeeds.Add(1) == 1 {
+				close(aSeeded)
+				<-aGo
+			}
+			return nil
+		})
+		r := newRecorder(nil) // A cancels nothing: its orders stay pending in the store
+		run(t, a, r.handle)
+		<-aSeeded
+		purge(t, rdb, prefix) // the loss: A's timers, the markers and the lock
+		lost := time.Now()
+
+		// B takes the seed over and is in the middle of it.
+		bCfg := cfg
+		bCfg.Logger = slog.New(slog.DiscardHandler)
+		b := mustNew(t, rdb, bCfg)
+		bSeeding := make(chan struct{})
+		b.SetSeed(func(ctx context.Context) error {
+			close(bSeeding)
+			<-ctx.Done() // B dies mid-seed
+			return ctx.Err()
+		})
+		stopB := run(t, b, func(context.Context, []timer.Timer) error { return nil })
+		<-bSeeding
+
+		close(aGo)
+		waitFor(t, "A's seed to end", 5*time.Second, func() bool {
+			return logs.count("seeded from the store")+logs.count("seed markers changed during the seed") > 0
+		})
+		stopB()
+		waitFor(t, "every order delivered after the loss", 10*time.Second, func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			after := 0
+			for _, ds := range r.got {
+				if ds[len(ds)-1].At.After(lost) {
+					after++
+				}
+			}
+			return after == 20
+		})
+		if n := aSeeds.Load(); n < 2 {
+			t.Errorf("A seeded %d times, want a second seed after B died", n)
 		}
 	})
 }

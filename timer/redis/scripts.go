@@ -41,4 +41,8 @@ var (
 	//go:embed lua/lock.lua
 	lockLua    string
 	lockScript = goredis.NewScript(lockLua)
+
+	//go:embed lua/seeded.lua
+	seededLua    string
+	seededScript = goredis.NewScript(seededLua)
 )

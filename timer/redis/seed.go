@@ -76,21 +76,25 @@ func (s *Scheduler) checkSeeded(ctx context.Context, seed func(context.Context) 
 	}()
 	s.log.Warn("redis timers: seed markers missing (a new Redis, or one that lost its data: FLUSHALL, "+
 		"a restart without persistence, a failover); seeding the timers from the store", "shards", unseeded)
-	// Every marker holds the token while the seed runs: a loss during the
-	// seed removes it, and the SET XX below then leaves it missing.
-	if _, err := s.setMarkers(ctx, token, false); err != nil {
+	// Every marker holds the token while the seed runs: the fence. A loss
+	// during the seed removes it, and another instance that takes the seed
+	// over (the lock went with the loss) replaces it with its own token;
+	// either way markSeeded then leaves it as it is, not "ok", and the
+	// shard is seeded again.
+	if err := s.setMarkers(ctx, token); err != nil {
 		return err
 	}
 	start := time.Now()
 	if err := s.runSeed(ctx, seed, token); err != nil {
 		return fmt.Errorf("seed from the store: %w", err)
 	}
-	lost, err := s.setMarkers(ctx, markerOK, true)
+	fenced, err := s.markSeeded(ctx, token)
 	if err != nil {
 		return err
 	}
-	if lost > 0 {
-		s.log.Warn("redis timers: Redis lost data again during the seed; seeding again", "shards", lost)
+	if fenced > 0 {
+		s.log.Warn("redis timers: seed markers changed during the seed (Redis lost data, or another instance "+
+			"took the seed over); seeding again", "shards", fenced)
 		return nil
 	}
 	s.log.Info("redis timers: seeded from the store", "took", time.Since(start).Round(time.Millisecond))
@@ -153,31 +157,45 @@ func (s *Scheduler) unseeded(ctx context.Context) ([]int, error) {
 	return missing, nil
 }
 
-// setMarkers sets every shard's seed marker to v; with xx only those that
-// exist, returning how many did not.
-func (s *Scheduler) setMarkers(ctx context.Context, v string, xx bool) (missing int, err error) {
-	cmds := make([]*goredis.BoolCmd, 0, len(s.keys.shards))
-	_, err = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+// setMarkers sets every shard's seed marker to the token of the seed about
+// to run.
+func (s *Scheduler) setMarkers(ctx context.Context, token string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for _, k := range s.keys.shards {
-			if xx {
-				cmds = append(cmds, p.SetXX(ctx, k.seeded, v, 0))
-			} else {
-				p.Set(ctx, k.seeded, v, 0)
-			}
+			p.Set(ctx, k.seeded, token, 0)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
-		return 0, fmt.Errorf("set the seed markers: %w", err)
+	if err != nil {
+		return fmt.Errorf("set the seed markers: %w", err)
 	}
-	for _, c := range cmds {
-		ok, err := c.Result()
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return 0, fmt.Errorf("set the seed markers: %w", err)
+	return nil
+}
+
+// markSeeded sets to "ok" every shard's seed marker that still holds token
+// (lua/seeded.lua), and returns how many did not. One script call per shard
+// (the markers are on as many Cluster slots), all in one pipeline; a call
+// that finds the script missing from the server's cache (a restart, SCRIPT
+// FLUSH) is run again on its own, which loads it.
+func (s *Scheduler) markSeeded(ctx context.Context, token string) (fenced int, err error) {
+	cmds := make([]*goredis.Cmd, len(s.keys.shards))
+	_, _ = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, k := range s.keys.shards {
+			cmds[i] = seededScript.EvalSha(ctx, p, []string{k.seeded}, token, markerOK)
 		}
-		if !ok {
-			missing++
+		return nil
+	})
+	for i, k := range s.keys.shards {
+		set, err := cmds[i].Int()
+		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			set, err = seededScript.Run(ctx, s.rdb, []string{k.seeded}, token, markerOK).Int()
+		}
+		if err != nil {
+			return 0, fmt.Errorf("mark shard %d seeded: %w", i, err)
+		}
+		if set == 0 {
+			fenced++
 		}
 	}
-	return missing, nil
+	return fenced, nil
 }
