@@ -34,7 +34,7 @@ bench:
 	go run ./cmd/lapse bench --orders 2000 --spread 1s
 
 lint:
-	gofmt -l . | (! grep .) && go vet ./...
+	gofmt -l . | (! grep .) && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCreateOrder -fuzztime 60s ./httpapi/

@@ -190,12 +190,11 @@ func parseSample(line string) (string, map[string]string, float64, error) {
 		return "", nil, 0, fmt.Errorf("bench: metrics: cannot parse line %q", line)
 	}
 	labels := map[string]string{}
-	name, rest := line, ""
-	if i := strings.IndexAny(line, "{ "); i >= 0 {
-		name, rest = line[:i], line[i:]
-	} else {
+	i := strings.IndexAny(line, "{ ")
+	if i < 0 {
 		return bad()
 	}
+	name, rest := line[:i], line[i:]
 	if strings.HasPrefix(rest, "{") {
 		end := strings.LastIndex(rest, "}")
 		if end < 0 {

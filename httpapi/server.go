@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
@@ -41,9 +42,17 @@ type Options struct {
 	// SignatureTolerance is the callback replay window. Defaults to 5 minutes.
 	SignatureTolerance time.Duration
 	// Now is the clock for signature timestamps. Defaults to time.Now.
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// RequestTimeout bounds the work of one request. Defaults to 20
+	// seconds: under the server's write timeout (lapse serve: 30 s), so a
+	// request stuck behind a lock is answered 503 timeout rather than having
+	// its connection dropped unanswered.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
 }
+
+// DefaultRequestTimeout is Options.RequestTimeout's default.
+const DefaultRequestTimeout = 20 * time.Second
 
 // OpenAPI is the API's OpenAPI 3.1 document, served at GET /openapi.yaml.
 //
@@ -63,6 +72,9 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -148,6 +160,9 @@ func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 func (s *server) handle(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
@@ -208,6 +223,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusConflict, "order_not_pending", "the order is not PENDING"}
 	case errors.Is(err, store.ErrPaymentIDUsed):
 		ae = &apiError{http.StatusConflict, "payment_id_used", "an earlier payment attempt of this order used this payment_id"}
+	case errors.Is(err, context.DeadlineExceeded):
+		ae = &apiError{http.StatusServiceUnavailable, "timeout",
+			"the request did not finish in time (a row held by another transaction?); a create's outcome is unknown: retry it with the same Idempotency-Key"}
 	case errors.Is(err, store.ErrInvalidCursor):
 		ae = &apiError{http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"}
 	case errors.Is(err, store.ErrNotFound):

@@ -13,8 +13,10 @@ import (
 	"time"
 )
 
-// Timeout bounds one group's work (its transaction).
-const Timeout = 30 * time.Second
+// Timeout bounds one group's work (its transaction): well under the HTTP
+// API's request timeout (20 s) and the server's write timeout (30 s), so a
+// caller waiting for its group is answered in time.
+const Timeout = 15 * time.Second
 
 // Context is what a group runs on: the values of ctx (one of its callers'),
 // not its cancellation — a group serves many callers, and one that gives up

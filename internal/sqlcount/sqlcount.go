@@ -217,6 +217,7 @@ func (c *conn) stmt(ds driver.Stmt) (driver.Stmt, error) {
 		return nil, fmt.Errorf("sqlcount: %T lacks StmtExecContext or StmtQueryContext: cannot count its statements without changing how it is driven", ds)
 	}
 	s := &stmt{real: ms, conn: c}
+	//lint:ignore SA1019 a wrapper forwards what the wrapped driver's statement offers, deprecated or not
 	if cc, ok := ds.(driver.ColumnConverter); ok {
 		return &stmtConverter{stmt: s, cc: cc}, nil
 	}
@@ -274,7 +275,7 @@ func (s *stmt) CheckNamedValue(nv *driver.NamedValue) error {
 // stmtConverter is a stmt whose driver statement has a ColumnConverter.
 type stmtConverter struct {
 	*stmt
-	cc driver.ColumnConverter
+	cc driver.ColumnConverter //lint:ignore SA1019 forwarded from the wrapped driver's statement
 }
 
 func (s *stmtConverter) ColumnConverter(idx int) driver.ValueConverter {

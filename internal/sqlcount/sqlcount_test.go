@@ -301,6 +301,7 @@ func TestWrappedConnectionHasExactlyTheDriversInterfaces(t *testing.T) {
 				return err
 			}
 			defer st.Close()
+			//lint:ignore SA1019 the wrapper must forward the deprecated interface too
 			if _, ok := st.(driver.ColumnConverter); ok != cc {
 				t.Errorf("driver statement with a ColumnConverter %v, wrapped statement %v", cc, ok)
 			}

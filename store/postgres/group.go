@@ -30,6 +30,15 @@ import (
 	"github.com/lapsehq/lapse/store/core"
 )
 
+// groupLockWait bounds each lock wait of a group (group_lock_wait). One
+// group commits at a time, so a group waiting for a row another transaction
+// holds (an operator's UPDATE, a long cancel) used to hold up every create
+// queued behind it, for unrelated SKUs too (29.7 s seen). After this wait the
+// server refuses the group (lock_not_available), the core creates its orders
+// one by one — the one that needs the held row waits alone — and the next
+// group goes ahead.
+const groupLockWait = "500ms"
+
 // LockGroup implements core.GroupExecutor in one round trip. The existing
 // ids are read after the SKU rows are locked: a create of the same id that
 // holds one of those rows has committed by then, and is seen.
@@ -40,6 +49,7 @@ func (t txExecutor) LockGroup(ctx context.Context, a core.LockGroupArgs) (core.G
 		Available: make(map[string]int64, len(a.SKUs)),
 	}
 	var b pgx.Batch
+	b.Queue(q.Get("group_lock_wait"), groupLockWait)
 	if len(a.Keys) > 0 {
 		keys, hashes, ids := make([]string, len(a.Keys)), make([]string, len(a.Keys)), make([]string, len(a.Keys))
 		for i, k := range a.Keys {

@@ -232,3 +232,61 @@ func TestGroupRetriedCreateIsOrderExists(t *testing.T) {
 	}
 	storetest.AuditOK(t, s)
 }
+
+// A SKU row held by another transaction (an operator's UPDATE, a long
+// cancel) holds up only the creates that need it: the group that waits for
+// it gives up after groupLockWait and its orders go one by one, so the
+// groups queued behind it — creates of other SKUs — are committed while the
+// row is still held. Before, one group in flight waited for the row, and
+// every create behind it with it (29.7 s seen).
+func TestAHeldSKURowHoldsUpOnlyItsOwnCreates(t *testing.T) {
+	t.Parallel()
+	s, u := open(t, nil)
+	ctx := context.Background()
+	storetest.Stock(t, s, 100, "held", "free")
+	holder, err := connect(t, u).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT sku FROM skus WHERE sku = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	heldDone := make(chan error, 1)
+	go func() {
+		_, err := s.CreateOrder(ctx, storetest.Params("needs-held", order.Item{SKU: "held", Qty: 1}))
+		heldDone <- err
+	}()
+	var ps []store.CreateOrderParams
+	for i := range 20 {
+		ps = append(ps, storetest.Params(fmt.Sprintf("free-%02d", i), order.Item{SKU: "free", Qty: 1}))
+	}
+	freeDone := make(chan []error, 1)
+	go func() { _, errs := storetest.CreateAll(s, ps); freeDone <- errs }()
+	select {
+	case errs := <-freeDone:
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("%s: %v", ps[i].ID, err)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("creates of another SKU still waiting after 10 s while one SKU row is held")
+	}
+	select {
+	case err := <-heldDone:
+		t.Fatalf("the create that needs the held row finished while it is held: %v", err)
+	default:
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-heldDone:
+		if err != nil {
+			t.Fatalf("needs-held, once the row is free: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create that needed the held row did not finish once it was free")
+	}
+	storetest.AuditOK(t, s)
+}

@@ -83,6 +83,13 @@ SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 UPDATE skus SET available = available - $1, locked = locked + $1, updated_at = $3
 WHERE sku = $2 AND available >= $1;
 
+-- name: group_lock_wait
+-- Bounds every lock wait of a group's transaction ($1, e.g. '500ms'): a group
+-- that cannot get a row (a SKU another transaction holds) gives up with
+-- lock_not_available and its orders are created one by one, instead of every
+-- create queued behind it waiting for one row it never needed.
+SELECT set_config('lock_timeout', $1, true);
+
 -- name: group_claim_keys
 -- The idempotency keys of a group of creates ($1 keys in key order, so two
 -- groups sharing keys take them in the same order; $2 request hashes, $3

@@ -385,7 +385,7 @@ func testLargeN(t *testing.T, f Features, newScheduler Factory) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				if err := s.Schedule(context.Background(), h.key(fmt.Sprint(i)), due); err != nil {
-					errs <- fmt.Errorf("Schedule timer %d: %w", i, err)
+					errs <- fmt.Errorf("schedule timer %d: %w", i, err)
 					return
 				}
 			}
