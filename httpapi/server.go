@@ -445,7 +445,7 @@ func (s *server) getSKU(w http.ResponseWriter, r *http.Request) error {
 func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
 	if err := s.svc.Store().Ping(r.Context()); err != nil {
 		s.log.Warn("not ready", "err", err)
-		return &apiError{http.StatusServiceUnavailable, "not_ready", "the store does not answer"}
+		return &apiError{http.StatusServiceUnavailable, "not_ready", "the store or the timer backend does not answer (the server log says which)"}
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -78,7 +78,8 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	s := &server{t: t, cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = io.MultiWriter(pw, s.logs)
+	// The log first, then the pipe: once the pipe shows a line, s.logs holds it.
+	cmd.Stderr = io.MultiWriter(s.logs, pw)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

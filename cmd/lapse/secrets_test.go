@@ -76,6 +76,7 @@ func TestServeReadsSecretsFromFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(payment.SignatureHeader, payment.Sign([]byte(key), time.Now(), []byte(body)))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

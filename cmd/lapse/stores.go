@@ -40,10 +40,8 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 
 // openExistingStore is openStore for a command that only reads (audit): a
 // SQLite file that does not exist is an error, where opening it would create
-// an empty database (a typo in the path would then audit clean).
-//
-// The file is opened as serve opens it, read-write: store/sqlite has no
-// read-only mode yet.
+// an empty database (a typo in the path would then audit clean), and an
+// existing one is opened read-only (sqlite.Config.ReadOnly).
 func openExistingStore(ctx context.Context, url string) (store.Store, error) {
 	if strings.HasPrefix(url, "sqlite://") {
 		path, err := sqlite.ParseURL(url)
@@ -55,6 +53,7 @@ func openExistingStore(ctx context.Context, url string) (store.Store, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("--store %s: %w", redact.URL(url), err)
 		}
+		return sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true})
 	}
 	return openStore(ctx, url)
 }

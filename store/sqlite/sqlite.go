@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 
 	"modernc.org/sqlite"
@@ -45,6 +46,11 @@ type Config struct {
 	Synchronous string
 	// Readers is the number of read connections. Defaults to 4.
 	Readers int
+	// ReadOnly opens an existing file for reading only (lapse audit): a
+	// missing file is an error, not a new database; the file is opened with
+	// SQLite's mode=ro, and every write is refused. SQLite may still create
+	// the -wal and -shm files beside a WAL database, as any reader does.
+	ReadOnly bool
 	// CreateGroup is the most creates committed in one transaction when they
 	// arrive together (group commit, see group.go). Defaults to 32; 1 gives
 	// every create a transaction of its own.
@@ -95,6 +101,8 @@ type Store struct {
 	clock  clock.Clock
 	writer writer            // who gets w next
 	stmts  *sqlcount.Counter // both pools' statements (Statements)
+	// readOnly: opened with Config.ReadOnly; w is nil and writes are refused.
+	readOnly bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -122,6 +130,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.ReadOnly {
+		return openReadOnly(ctx, cfg)
 	}
 	dsn := func(extra string) string {
 		v := url.Values{}
@@ -166,8 +177,43 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// errReadOnly refuses a write to a store opened with Config.ReadOnly.
+var errReadOnly = errors.New("sqlite: the store is open read-only")
+
+// openReadOnly opens an existing file with readers only (Config.ReadOnly).
+func openReadOnly(ctx context.Context, cfg Config) (*Store, error) {
+	if _, err := os.Stat(cfg.Path); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s read-only: %w", cfg.Path, err)
+	}
+	v := url.Values{}
+	v.Set("mode", "ro")
+	v.Add("_pragma", "busy_timeout(10000)")
+	v.Add("_pragma", "query_only(1)")
+	stmts := new(sqlcount.Counter)
+	c, err := sqlite.NewConnector("file:" + cfg.Path + "?" + v.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s read-only: %w", cfg.Path, err)
+	}
+	r := sql.OpenDB(stmts.Wrap(c))
+	r.SetMaxOpenConns(cfg.Readers)
+	r.SetMaxIdleConns(cfg.Readers)
+	if err := r.PingContext(ctx); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("sqlite: open %s read-only: %w", cfg.Path, err)
+	}
+	s := &Store{r: r, clock: cfg.Clock, stmts: stmts, readOnly: true}
+	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock})
+	return s, nil
+}
+
 // Ping implements store.Store: both pools must answer.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.readOnly {
+		if err := s.r.PingContext(ctx); err != nil {
+			return fmt.Errorf("sqlite: ping reader: %w", err)
+		}
+		return nil
+	}
 	if err := s.w.PingContext(ctx); err != nil {
 		return fmt.Errorf("sqlite: ping writer: %w", err)
 	}
@@ -179,12 +225,18 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes both pools.
 func (s *Store) Close() error {
+	if s.readOnly {
+		return s.r.Close()
+	}
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
 // Migrate applies the embedded migrations not yet applied, each in its own
 // transaction (SQLite's DDL is transactional: a failed step leaves nothing).
 func (s *Store) Migrate(ctx context.Context) error {
+	if s.readOnly {
+		return errReadOnly
+	}
 	ms, err := migrate.Load(files, "migrations")
 	if err != nil {
 		return err
@@ -254,6 +306,9 @@ func (d driver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, e
 }
 
 func (s *Store) begin(ctx context.Context, urgent bool) (*txExecutor, error) {
+	if s.readOnly {
+		return nil, errReadOnly
+	}
 	if err := s.writer.lock(ctx, urgent); err != nil {
 		return nil, fmt.Errorf("wait for the writer: %w", err)
 	}

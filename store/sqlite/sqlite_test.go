@@ -1,9 +1,13 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -148,5 +152,53 @@ func TestGroupCommitGroups(t *testing.T) {
 			t.Errorf("default CreateGroup: %d groups for %d orders, want fewer groups than the 100 orders", groups, orders)
 		}
 		storetest.AuditOK(t, s)
+	}
+}
+
+// A read-only store (lapse audit) never creates a missing file, never writes
+// the database, and refuses writes; it still audits a live database.
+func TestReadOnlyOpensOnlyWhatExistsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.db")
+	if s, err := sqlite.Open(ctx, sqlite.Config{Path: missing, ReadOnly: true}); err == nil {
+		s.Close()
+		t.Fatal("read-only open of a missing file succeeded")
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("read-only open of a missing file left %v (stat: %v)", missing, err)
+	}
+
+	s, path := open(t, clock.Real{})
+	storetest.Stock(t, s, 5, "a")
+	storetest.Create(t, s, "o", "a")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.AuditOK(t, ro)
+	if _, err := ro.SetStock(ctx, "a", 7); err == nil {
+		t.Error("a read-only store took a write")
+	}
+	if o, err := ro.GetOrder(ctx, "o"); err != nil || o.ID != "o" {
+		t.Errorf("read-only read: %+v %v", o, err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("a read-only open changed the database file")
 	}
 }
