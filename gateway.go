@@ -137,7 +137,7 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	s := c.s
 	retry := timer.Backoff(ch.attempt + 1)
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, err := c.gw.Query(qctx, id)
+	st, closeOpen, err := c.query(qctx, id)
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
@@ -167,9 +167,9 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 		}
 		s.log.Warn("payment still in progress at the gateway after the maximum wait: closing the trade", "order_id", id,
 			"waited", time.Since(ch.pendingSince).Round(time.Second))
-		return c.closeAndCancel(ctx, id, retry)
+		return c.closeAndCancel(ctx, id, closeOpen, retry)
 	case payment.StateNotPaid:
-		return c.closeAndCancel(ctx, id, retry)
+		return c.closeAndCancel(ctx, id, closeOpen, retry)
 	case payment.StateClosed:
 		return c.cancelConfirmed(ctx, id, retry)
 	}
@@ -177,10 +177,10 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	return retry, true
 }
 
-func (c *checker) closeAndCancel(ctx context.Context, id string, retry time.Duration) (time.Duration, bool) {
+func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(context.Context) error, retry time.Duration) (time.Duration, bool) {
 	s := c.s
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	err := c.gw.Close(cctx, id)
+	err := closeOpen(cctx)
 	cancel()
 	switch {
 	case errors.Is(err, payment.ErrAlreadyPaid):
@@ -214,7 +214,7 @@ func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Dur
 func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Duration, bool) {
 	s := c.s
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, err := c.gw.Query(qctx, id)
+	st, _, err := c.query(qctx, id)
 	cancel()
 	if err != nil {
 		if ch.attempt >= 5 {
@@ -233,4 +233,117 @@ func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Durat
 	}
 	s.notePayment(ctx, res, st.PaymentID)
 	return 0, false
+}
+
+// query asks the gateway about an order's payment. A gateway that keeps a
+// trade per attempt (payment.AttemptGateway) is asked about each of the
+// order's open attempts — the current one and any superseded one not yet
+// closed — and the answers are read as one: PAID if any attempt is (with
+// its payment_id); else PENDING if any is; else NOT_PAID if any is; else
+// CLOSED. Other gateways, and orders whose attempts lapse never recorded,
+// are asked about the order as a whole. closeOpen closes what the answer
+// found open: the order's trade, or each attempt still open.
+func (c *checker) query(ctx context.Context, id string) (payment.Status, func(context.Context) error, error) {
+	closeOrder := func(ctx context.Context) error { return c.gw.Close(ctx, id) }
+	ag, perAttempt := c.gw.(payment.AttemptGateway)
+	var open []string
+	if perAttempt {
+		o, err := c.s.store.GetOrder(ctx, id)
+		if err != nil {
+			return payment.Status{}, nil, err
+		}
+		for _, p := range o.Payments {
+			if p.Status == order.PaymentPending || p.Status == order.PaymentSuperseded {
+				open = append(open, p.PaymentID)
+			}
+		}
+	}
+	if len(open) == 0 {
+		st, err := c.gw.Query(ctx, id)
+		return st, closeOrder, err
+	}
+	seen := payment.Status{State: payment.StateClosed}
+	var toClose []string
+	for _, pid := range open {
+		st, err := ag.QueryAttempt(ctx, id, pid)
+		if err != nil {
+			return payment.Status{}, nil, err
+		}
+		switch st.State {
+		case payment.StatePaid:
+			if st.PaymentID == "" {
+				st.PaymentID = pid
+			}
+			return st, nil, nil
+		case payment.StatePending:
+			seen.State = payment.StatePending
+			toClose = append(toClose, pid)
+		case payment.StateNotPaid:
+			if seen.State != payment.StatePending {
+				seen.State = payment.StateNotPaid
+			}
+			toClose = append(toClose, pid)
+		case payment.StateClosed:
+		default:
+			return st, nil, nil // an unknown state: asked again later
+		}
+	}
+	return seen, func(ctx context.Context) error {
+		for _, pid := range toClose {
+			if err := ag.CloseAttempt(ctx, id, pid); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// closeSuperseded closes, best effort, the superseded attempts of an order
+// at a gateway that keeps a trade per attempt, so that the buyer cannot pay
+// an attempt the client abandoned. One found paid after all is recorded
+// (money is never dropped). The deadline's check closes whatever is still
+// open, so a failure here is only logged.
+func (c *checker) closeSuperseded(id string) {
+	ag, ok := c.gw.(payment.AttemptGateway)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	ctx := c.ctx
+	if ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		s := c.s
+		ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.GatewayTimeout)
+		defer cancel()
+		o, err := s.store.GetOrder(ctx, id)
+		if err != nil {
+			return
+		}
+		for _, p := range o.Payments {
+			if p.Status != order.PaymentSuperseded {
+				continue
+			}
+			err := ag.CloseAttempt(ctx, id, p.PaymentID)
+			if errors.Is(err, payment.ErrAlreadyPaid) {
+				var st payment.Status
+				if st, err = ag.QueryAttempt(ctx, id, p.PaymentID); err == nil && st.State == payment.StatePaid {
+					var res store.PaymentResult
+					res, err = s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: p.PaymentID, AmountCents: st.AmountCents})
+					if err == nil {
+						s.notePayment(ctx, res, p.PaymentID)
+					}
+				}
+			}
+			if err != nil {
+				s.log.Warn("close a superseded payment attempt at the gateway (best effort; the deadline's check closes it)",
+					"order_id", id, "payment_id", p.PaymentID, "err", err)
+			}
+		}
+	}()
 }

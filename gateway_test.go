@@ -227,3 +227,137 @@ func hasPayment(o order.Order, id string, st order.PaymentStatus) bool {
 	}
 	return false
 }
+
+// attempts is a gateway that keeps one trade per payment attempt (Alipay's
+// out_trade_no, a PaymentIntent): asked about "the order" it knows nothing.
+type attempts struct {
+	mu     sync.Mutex
+	state  map[string]payment.Status // by payment id
+	closed map[string]int            // closes by payment id
+	whole  int                       // queries and closes of the order as a whole
+}
+
+func newAttempts() *attempts {
+	return &attempts{state: map[string]payment.Status{}, closed: map[string]int{}}
+}
+
+func (g *attempts) set(pid string, st payment.Status) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state[pid] = st
+}
+
+func (g *attempts) Query(context.Context, string) (payment.Status, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.whole++
+	return payment.Status{State: payment.StateNotPaid}, nil
+}
+
+func (g *attempts) Close(context.Context, string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.whole++
+	return nil
+}
+
+func (g *attempts) QueryAttempt(_ context.Context, _, pid string) (payment.Status, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st, ok := g.state[pid]; ok {
+		return st, nil
+	}
+	return payment.Status{State: payment.StateNotPaid}, nil
+}
+
+func (g *attempts) CloseAttempt(_ context.Context, _, pid string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed[pid]++
+	if g.state[pid].State == payment.StatePaid {
+		return payment.ErrAlreadyPaid
+	}
+	g.state[pid] = payment.Status{State: payment.StateClosed}
+	return nil
+}
+
+func (g *attempts) closes(pid string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed[pid]
+}
+
+// The check asks a per-attempt gateway about each open attempt, not about
+// "the order": the current attempt paid at the deadline marks the order
+// PAID by it. Asked about the order as a whole, such a gateway knows no
+// payment, and the order was closed and cancelled with the money taken.
+func TestCheckAsksEachOpenAttempt(t *testing.T) {
+	t.Parallel()
+	gw := newAttempts()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "two-cards", 300*time.Millisecond)
+	if _, err := svc.PayAttempt(ctx, "two-cards", "card-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PayAttempt(ctx, "two-cards", "card-2"); err != nil {
+		t.Fatal(err)
+	}
+	// The buyer switched cards: card-1 is closed at the gateway at once.
+	waitFor(t, 5*time.Second, "the superseded attempt closed", func() bool { return gw.closes("card-1") >= 1 })
+	gw.set("card-2", payment.Status{State: payment.StatePaid, PaymentID: "card-2", AmountCents: 100})
+	waitFor(t, 5*time.Second, "the order paid by card-2", func() bool { return status(t, svc, "two-cards") == order.Paid })
+	o, err := svc.Get(ctx, "two-cards")
+	if err != nil || o.PaymentID != "card-2" || !hasPayment(o, "card-2", order.PaymentSucceeded) {
+		t.Fatalf("after the check: %+v %v", o, err)
+	}
+	storetest.AuditOK(t, svc.Store())
+}
+
+// An attempt superseded after the buyer paid it is money: closing it finds
+// it paid, and the payment is recorded (the order PAID by it).
+func TestSupersededAttemptPaidAfterAllIsRecorded(t *testing.T) {
+	t.Parallel()
+	gw := newAttempts()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "paid-first", time.Minute)
+	if _, err := svc.PayAttempt(ctx, "paid-first", "card-1"); err != nil {
+		t.Fatal(err)
+	}
+	gw.set("card-1", payment.Status{State: payment.StatePaid, PaymentID: "card-1", AmountCents: 100})
+	if _, err := svc.PayAttempt(ctx, "paid-first", "card-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the order paid by card-1", func() bool { return status(t, svc, "paid-first") == order.Paid })
+	if o, _ := svc.Get(ctx, "paid-first"); o.PaymentID != "card-1" {
+		t.Fatalf("paid by %q, want card-1", o.PaymentID)
+	}
+	storetest.AuditOK(t, svc.Store())
+}
+
+// No attempt paid: every open attempt is closed at the gateway, then the
+// order cancelled; "the order" is never asked about.
+func TestEveryOpenAttemptClosedBeforeTheCancel(t *testing.T) {
+	t.Parallel()
+	gw := newAttempts()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "unpaid", 300*time.Millisecond)
+	for _, pid := range []string{"card-1", "card-2"} {
+		if _, err := svc.PayAttempt(ctx, "unpaid", pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the cancel", func() bool { return status(t, svc, "unpaid") == order.Cancelled })
+	if gw.closes("card-2") < 1 || gw.closes("card-1") < 1 {
+		t.Fatalf("closes: card-1 %d, card-2 %d; want both closed", gw.closes("card-1"), gw.closes("card-2"))
+	}
+	gw.mu.Lock()
+	whole := gw.whole
+	gw.mu.Unlock()
+	if whole != 0 {
+		t.Fatalf("the order as a whole was asked about or closed %d times", whole)
+	}
+	storetest.AuditOK(t, svc.Store())
+}

@@ -35,7 +35,13 @@ func (s *Service) PayAttempt(ctx context.Context, id, paymentID string) (order.O
 			return order.Order{}, err
 		}
 	}
-	return s.store.StartPayment(ctx, store.StartPaymentParams{OrderID: id, PaymentID: paymentID})
+	o, err := s.store.StartPayment(ctx, store.StartPaymentParams{OrderID: id, PaymentID: paymentID})
+	if err == nil && paymentID != "" && s.checks != nil {
+		// A named attempt may have superseded another: close that one at
+		// the gateway, so the buyer cannot pay an abandoned attempt.
+		s.checks.closeSuperseded(o.ID)
+	}
+	return o, err
 }
 
 // validPaymentID accepts 1–128 printable ASCII characters, no spaces.

@@ -23,6 +23,20 @@ type Status struct {
 	AmountCents int64
 }
 
+// AttemptGateway is a Gateway that keeps one trade per payment attempt —
+// Alipay's and WeChat Pay's out_trade_no, Stripe's PaymentIntent — so that
+// lapse asks about, and closes, each attempt of an order by its payment_id:
+// the current one and any superseded one not yet closed. A Gateway without
+// it is asked about the order as a whole.
+type AttemptGateway interface {
+	Gateway
+	// QueryAttempt returns the state of one payment attempt of an order.
+	QueryAttempt(ctx context.Context, orderID, paymentID string) (Status, error)
+	// CloseAttempt closes one attempt's trade: nil if it is closed (now or
+	// already, or never opened), ErrAlreadyPaid if it was paid.
+	CloseAttempt(ctx context.Context, orderID, paymentID string) error
+}
+
 // ErrAlreadyPaid is returned by Close when the trade was paid before it
 // could be closed: the order must be marked paid, not cancelled.
 var ErrAlreadyPaid = errors.New("payment: trade already paid")

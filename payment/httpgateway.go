@@ -137,6 +137,9 @@ func (c *HTTPConfig) validate() error {
 //	                            saw: it must then refuse any later payment of it)
 //	  409 {"status": "PAID"}    too late: ErrAlreadyPaid
 //
+// Both take ?payment_id=… to name one payment attempt (PerAttempt): the
+// answer is then about that attempt's trade only.
+//
 // Anything else — a 5xx, a timeout, a malformed body, an unknown status, a
 // PAID record without payment_id or amount_cents, a record of another order,
 // a 404 without the protocol's body (a wrong base URL or a proxy's page must
@@ -213,11 +216,41 @@ type closeBody struct {
 
 // Query implements Gateway.
 func (g *HTTPGateway) Query(ctx context.Context, orderID string) (Status, error) {
+	return g.query(ctx, orderID, "")
+}
+
+// PerAttempt returns g asking about, and closing, each payment attempt
+// (?payment_id=…): for a gateway behind the protocol that keeps a trade per
+// attempt. g itself speaks of the order as a whole — one trade per order,
+// which every attempt pays into — and is not an AttemptGateway.
+func (g *HTTPGateway) PerAttempt() AttemptGateway { return perAttempt{g} }
+
+// perAttempt is an HTTPGateway that also speaks per attempt.
+type perAttempt struct{ *HTTPGateway }
+
+// QueryAttempt implements AttemptGateway: GET {base}/payments/{order_id}?payment_id=….
+func (g perAttempt) QueryAttempt(ctx context.Context, orderID, paymentID string) (Status, error) {
+	if paymentID == "" {
+		return Status{}, errors.New("payment: query: empty payment id")
+	}
+	return g.query(ctx, orderID, paymentID)
+}
+
+// attemptURL is an order's URL under the base, with ?payment_id= when given.
+func (g *HTTPGateway) attemptURL(orderID, suffix, paymentID string) string {
+	u := g.base + "/payments/" + url.PathEscape(orderID) + suffix
+	if paymentID != "" {
+		u += "?payment_id=" + url.QueryEscape(paymentID)
+	}
+	return u
+}
+
+func (g *HTTPGateway) query(ctx context.Context, orderID, paymentID string) (Status, error) {
 	if orderID == "" {
 		return Status{}, errors.New("payment: query: empty order id")
 	}
 	var st Status
-	err := g.do(ctx, http.MethodGet, g.base+"/payments/"+url.PathEscape(orderID), func(code int, body []byte) (verdict, error) {
+	err := g.do(ctx, http.MethodGet, g.attemptURL(orderID, "", paymentID), func(code int, body []byte) (verdict, error) {
 		switch {
 		case code == http.StatusOK:
 			var err error
@@ -240,6 +273,9 @@ func (g *HTTPGateway) Query(ctx context.Context, orderID string) (Status, error)
 		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
 	})
 	if err != nil {
+		if paymentID != "" {
+			return Status{}, fmt.Errorf("payment: query order %q payment %q: %w", orderID, paymentID, err)
+		}
 		return Status{}, fmt.Errorf("payment: query order %q: %w", orderID, err)
 	}
 	return st, nil
@@ -278,10 +314,22 @@ func parseQuery(orderID string, body []byte) (Status, error) {
 
 // Close implements Gateway.
 func (g *HTTPGateway) Close(ctx context.Context, orderID string) error {
+	return g.close(ctx, orderID, "")
+}
+
+// CloseAttempt implements AttemptGateway: POST {base}/payments/{order_id}/close?payment_id=….
+func (g perAttempt) CloseAttempt(ctx context.Context, orderID, paymentID string) error {
+	if paymentID == "" {
+		return errors.New("payment: close: empty payment id")
+	}
+	return g.close(ctx, orderID, paymentID)
+}
+
+func (g *HTTPGateway) close(ctx context.Context, orderID, paymentID string) error {
 	if orderID == "" {
 		return errors.New("payment: close: empty order id")
 	}
-	err := g.do(ctx, http.MethodPost, g.base+"/payments/"+url.PathEscape(orderID)+"/close", func(code int, body []byte) (verdict, error) {
+	err := g.do(ctx, http.MethodPost, g.attemptURL(orderID, "/close", paymentID), func(code int, body []byte) (verdict, error) {
 		var b closeBody
 		jsonErr := json.Unmarshal(body, &b)
 		switch {
@@ -301,10 +349,15 @@ func (g *HTTPGateway) Close(ctx context.Context, orderID string) error {
 		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
 	})
 	if err != nil {
+		if paymentID != "" {
+			return fmt.Errorf("payment: close order %q payment %q: %w", orderID, paymentID, err)
+		}
 		return fmt.Errorf("payment: close order %q: %w", orderID, err)
 	}
 	return nil
 }
+
+var _ AttemptGateway = perAttempt{}
 
 // verdict is what one attempt's outcome means for retries and the breaker.
 type verdict int

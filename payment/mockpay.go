@@ -483,8 +483,12 @@ func (m *Mock) authed(h http.HandlerFunc) http.Handler {
 	})
 }
 
+// The mock keeps one trade per order, the last attempt paid into it. Asked
+// about one attempt (?payment_id=), it answers the trade if that attempt is
+// the trade's, and NOT_PAID for any other (a later attempt replaced it).
 func (m *Mock) serveQuery(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("order_id")
+	attempt := r.URL.Query().Get("payment_id")
 	m.mu.Lock()
 	m.count(id, func(s *MockStats) { s.Queries++ })
 	fail := m.ctl.FailQueries
@@ -494,6 +498,9 @@ func (m *Mock) serveQuery(w http.ResponseWriter, r *http.Request) {
 		trade = *t
 	}
 	m.mu.Unlock()
+	if ok && attempt != "" && trade.PaymentID != "" && trade.PaymentID != attempt {
+		trade = MockTrade{OrderID: id, Status: StateNotPaid}
+	}
 	switch {
 	case fail:
 		writeMockJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "queries are failing (fail_queries)"})
@@ -506,11 +513,18 @@ func (m *Mock) serveQuery(w http.ResponseWriter, r *http.Request) {
 
 func (m *Mock) serveClose(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("order_id")
+	attempt := r.URL.Query().Get("payment_id")
 	m.mu.Lock()
 	m.count(id, func(s *MockStats) { s.Closes++ })
 	if m.ctl.FailCloses {
 		m.mu.Unlock()
 		writeMockJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "closes are failing (fail_closes)"})
+		return
+	}
+	if t := m.trades[id]; t != nil && attempt != "" && t.PaymentID != "" && t.PaymentID != attempt {
+		// Another attempt holds the trade: this one is not open.
+		m.mu.Unlock()
+		writeMockJSON(w, http.StatusOK, map[string]string{"status": string(StateClosed)})
 		return
 	}
 	t := m.trades[id]

@@ -569,3 +569,29 @@ func TestMockServeStopsWithItsContext(t *testing.T) {
 		t.Error("the server still answers after Serve returned")
 	}
 }
+
+// Asked about one payment attempt (?payment_id=), the gateway answers for
+// that attempt's trade: the mock's trade is the last attempt paid into it,
+// so an earlier attempt is NOT_PAID and closing it leaves the trade alone.
+func TestAttemptsQueriedAndClosedOneByOne(t *testing.T) {
+	t.Parallel()
+	e := newMockEnv(t, payment.MockConfig{DropCallbacks: true})
+	ctx := context.Background()
+	gw := e.gw.PerAttempt()
+	if _, err := e.mock.Pay("o", 900, payment.OutcomeSucceeded, "card-2"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := gw.QueryAttempt(ctx, "o", "card-2"); err != nil || st.State != payment.StatePaid || st.PaymentID != "card-2" || st.AmountCents != 900 {
+		t.Fatalf("the paying attempt: %+v %v", st, err)
+	}
+	if st, err := gw.QueryAttempt(ctx, "o", "card-1"); err != nil || st.State != payment.StateNotPaid {
+		t.Fatalf("an attempt the trade does not hold: %+v %v, want NOT_PAID", st, err)
+	}
+	if err := gw.CloseAttempt(ctx, "o", "card-1"); err != nil {
+		t.Fatalf("close an attempt the trade does not hold: %v", err)
+	}
+	if err := gw.CloseAttempt(ctx, "o", "card-2"); !errors.Is(err, payment.ErrAlreadyPaid) {
+		t.Fatalf("close the paying attempt: %v, want ErrAlreadyPaid", err)
+	}
+	wantState(t, e.gw, "o", payment.Status{State: payment.StatePaid, PaymentID: "card-2", AmountCents: 900})
+}
