@@ -24,9 +24,10 @@ import (
 	"github.com/lapsehq/lapse/store/postgres"
 )
 
-// openPostgres opens a migrated store in a schema of its own on
-// LAPSE_TEST_POSTGRES, dropped when the test ends.
-func openPostgres(t *testing.T, clk *clock.Fake) store.Store {
+// openPostgresURL opens a store in a schema of its own on
+// LAPSE_TEST_POSTGRES, dropped when the test ends, and returns it with the
+// schema's URL.
+func openPostgresURL(t *testing.T, clk *clock.Fake) (store.Store, string) {
 	t.Helper()
 	base := os.Getenv("LAPSE_TEST_POSTGRES")
 	if base == "" {
@@ -65,7 +66,7 @@ func openPostgres(t *testing.T, clk *clock.Fake) store.Store {
 	if err != nil {
 		t.Fatalf("postgres.Open: %v", err)
 	}
-	return st
+	return st, u.String()
 }
 
 // NUL and invalid UTF-8 are the client's error, answered 400 at the edge:

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/internal/clock"
@@ -55,6 +57,8 @@ type envConfig struct {
 	// Postgres runs the service on PostgreSQL (LAPSE_TEST_POSTGRES, a
 	// schema of its own) instead of SQLite; the test is skipped without it.
 	Postgres bool
+	// RequestTimeout is httpapi.Options.RequestTimeout (0: its default).
+	RequestTimeout time.Duration
 }
 
 type env struct {
@@ -66,6 +70,7 @@ type env struct {
 	secret []byte // the secret notifySigned signs with
 	signed atomic.Int64
 	base   time.Time // signing timestamps count back from it, one second per message
+	pgURL  string    // with envConfig.Postgres: the schema's URL
 }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -76,8 +81,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	ctx := context.Background()
 	var st store.Store
+	var pgURL string
 	if cfg.Postgres {
-		st = openPostgres(t, cfg.Clock)
+		st, pgURL = openPostgresURL(t, cfg.Clock)
 	} else {
 		scfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"}
 		if cfg.Clock != nil {
@@ -121,10 +127,10 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		secrets = nil
 	}
 	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{
-		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard,
+		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard, RequestTimeout: cfg.RequestTimeout,
 	})))
 	t.Cleanup(srv.Close)
-	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now()}
+	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now(), pgURL: pgURL}
 	if len(secrets) > 0 {
 		e.secret = secrets[0]
 	}
@@ -1991,4 +1997,41 @@ func TestStockIsBounded(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("audit: %+v %v", rep, err)
 	}
+}
+
+// A request stuck behind a row another transaction holds is answered 503
+// timeout before the server's write timeout, never left to have its
+// connection dropped unanswered (a create waited 29.7 s behind a held SKU
+// row, and the 30 s write timeout closed its connection).
+func TestStuckRequestIsAnsweredTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Postgres: true, RequestTimeout: 300 * time.Millisecond})
+	e.setStock(t, "held", 5)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	holder, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT sku FROM skus WHERE sku = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := e.do(t, "POST", "/v1/orders", createReq{ID: "stuck", Items: []item{{"held", 1}}, AmountCents: 5}, "Idempotency-Key", "k-stuck")
+	wantError(t, r, http.StatusServiceUnavailable, "timeout")
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("answered after %v", took)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The retry the answer asks for creates the order once.
+	if got := e.create(t, createReq{ID: "stuck", Items: []item{{"held", 1}}, AmountCents: 5}, "Idempotency-Key", "k-stuck"); got.ID != "stuck" {
+		t.Fatalf("retry: %+v", got)
+	}
+	wantSKU(t, e.sku(t, "held"), 4, 1, 0)
 }

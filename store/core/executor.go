@@ -91,8 +91,6 @@ type Executor interface {
 
 	// Payments reads the payment attempts of an order, oldest first.
 	Payments(ctx context.Context, orderID string) ([]order.Payment, error)
-	// Payment reads one attempt; ok=false when the order has none by that id.
-	Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error)
 	// InsertPayment records a new attempt; store.ErrPaymentIDUsed when the
 	// order has one by that id.
 	InsertPayment(ctx context.Context, orderID string, p order.Payment) error

@@ -212,39 +212,34 @@ func (s *Store) supersede(ctx context.Context, tx *Tx, o order.Order, paymentID 
 	return next, tx.InsertPayment(ctx, o.ID, order.Payment{PaymentID: paymentID, Status: order.PaymentPending, CreatedAt: now, UpdatedAt: now})
 }
 
-// seen records a callback id and reports whether it was applied before (a
-// replay: the transaction then changes nothing). A report without a
-// callback id (learnt by a gateway query) is never a replay.
-func (s *Store) seen(ctx context.Context, tx *Tx, p store.PaymentParams) (bool, error) {
+// replay records a callback id and, when it was applied before (a replay:
+// the transaction then changes nothing), answers with the order as it is. A
+// report without a callback id (learnt by a gateway query) is never a replay.
+func (s *Store) replay(ctx context.Context, tx *Tx, p store.PaymentParams) (store.PaymentResult, bool, error) {
 	if p.CallbackID == "" {
-		return false, nil
+		return store.PaymentResult{}, false, nil
 	}
 	now, err := tx.Now(ctx)
 	if err != nil {
-		return false, err
+		return store.PaymentResult{}, false, err
 	}
 	first, err := tx.SeeCallback(ctx, p.CallbackID, p.OrderID, now, now.Add(-store.CallbackMemory))
-	if err != nil {
-		return false, fmt.Errorf("record callback id: %w", err)
+	if err != nil || first {
+		if err != nil {
+			err = fmt.Errorf("record callback id: %w", err)
+		}
+		return store.PaymentResult{}, false, err
 	}
-	return !first, nil
-}
-
-// replay answers a replayed callback with the order as it is.
-func replay(ctx context.Context, tx *Tx, p store.PaymentParams) (store.PaymentResult, error) {
 	o, err := getOrder(ctx, tx, p.OrderID)
-	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, err
+	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, true, err
 }
 
 // CompletePayment implements store.Orders.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		res = store.PaymentResult{}
-		if seen, err := s.seen(ctx, tx, p); err != nil || seen {
-			if err == nil {
-				res, err = replay(ctx, tx, p)
-			}
+		r, replayed, err := s.replay(ctx, tx, p)
+		if res = r; err != nil || replayed {
 			return err
 		}
 		now, err := tx.Now(ctx)
@@ -267,9 +262,14 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		if err != nil {
 			return err
 		}
-		prior, known, err := tx.Payment(ctx, o.ID, p.PaymentID)
+		ps, err := tx.Payments(ctx, o.ID)
 		if err != nil {
 			return err
+		}
+		i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID })
+		prior, known := order.Payment{}, i >= 0
+		if known {
+			prior = ps[i]
 		}
 		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
 		if successSeen(o, prior, known, p) {
@@ -299,11 +299,8 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
 	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		res = store.PaymentResult{}
-		if seen, err := s.seen(ctx, tx, p); err != nil || seen {
-			if err == nil {
-				res, err = replay(ctx, tx, p)
-			}
+		r, replayed, err := s.replay(ctx, tx, p)
+		if res = r; err != nil || replayed {
 			return err
 		}
 		o, ok, err := tx.FailPayment(ctx, p.OrderID, p.PaymentID)

@@ -275,15 +275,6 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 	return e.payments(ctx, q.Get("get_payments"), orderID)
 }
 
-// Payment implements core.Executor.
-func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
-	ps, err := e.payments(ctx, q.Get("get_payment"), orderID, paymentID)
-	if err != nil || len(ps) == 0 {
-		return order.Payment{}, false, err
-	}
-	return ps[0], true, nil
-}
-
 // InsertPayment implements core.Executor. A duplicate key fails only the
 // INSERT, not the transaction (which the core ends).
 func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {

@@ -178,11 +178,6 @@ WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR payment_id IS NULL);
 SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
 WHERE order_id = ? ORDER BY created_at, payment_id;
 
--- name: get_payment
--- Params: order id, payment id.
-SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
-WHERE order_id = ? AND payment_id = ?;
-
 -- name: insert_payment
 -- Params: order id, payment id, status, amount, created_at (twice: it is the
 -- updated_at too). A duplicate key is a payment id an earlier attempt of the

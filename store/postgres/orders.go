@@ -189,7 +189,7 @@ func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.
 	return e.one(ctx, id, "fail_payment", id, paymentID)
 }
 
-// scanPayment reads the column list of get_payments and get_payment.
+// scanPayment reads the column list of get_payments.
 func scanPayment(row pgx.CollectableRow) (order.Payment, error) {
 	var p order.Payment
 	var status string
@@ -211,15 +211,6 @@ func (e executor) payments(ctx context.Context, name string, args ...any) ([]ord
 // Payments implements core.Executor.
 func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
 	return e.payments(ctx, "get_payments", orderID)
-}
-
-// Payment implements core.Executor.
-func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
-	ps, err := e.payments(ctx, "get_payment", orderID, paymentID)
-	if err != nil || len(ps) == 0 {
-		return order.Payment{}, false, err
-	}
-	return ps[0], true, nil
 }
 
 // InsertPayment implements core.Executor: an id the order already used

@@ -248,10 +248,6 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
 WHERE order_id = $1 ORDER BY created_at, payment_id COLLATE "C";
 
--- name: get_payment
-SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
-WHERE order_id = $1 AND payment_id = $2;
-
 -- name: insert_payment
 -- $1 order id, $2 payment id, $3 status, $4 amount, $5 created_at = updated_at.
 -- An id the order already used violates payments_pkey (store.ErrPaymentIDUsed).

@@ -380,15 +380,6 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 	return e.payments(ctx, "get_payments", orderID)
 }
 
-// Payment implements core.Executor.
-func (e executor) Payment(ctx context.Context, orderID, paymentID string) (order.Payment, bool, error) {
-	ps, err := e.payments(ctx, "get_payment", orderID, paymentID)
-	if err != nil || len(ps) == 0 {
-		return order.Payment{}, false, err
-	}
-	return ps[0], true, nil
-}
-
 // InsertPayment implements core.Executor.
 func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
 	_, err := e.exec(ctx, "insert_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, ms(p.CreatedAt))

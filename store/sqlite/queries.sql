@@ -207,10 +207,6 @@ ON CONFLICT (key) DO NOTHING;
 SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
 WHERE order_id = ?1 ORDER BY created_at, payment_id;
 
--- name: get_payment
-SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
-WHERE order_id = ?1 AND payment_id = ?2;
-
 -- name: insert_payment
 -- ?1 order id, ?2 payment id, ?3 status, ?4 amount, ?5 created_at = updated_at.
 INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
