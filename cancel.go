@@ -63,6 +63,7 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 	timeout := s.metrics.cancelled.WithLabelValues(string(order.ReasonTimeout))
 	for _, c := range res.Cancelled {
 		timeout.Inc()
+		s.early.forget(c.ID)
 		s.metrics.lateness.Observe(c.CancelledAt.Sub(c.CancelAfter).Seconds())
 	}
 	for _, sk := range res.Skipped {
@@ -73,7 +74,7 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 			// there (clock.go). A PAYING order too — the gateway check closes
 			// the trade, which must not happen in the buyer's window.
 			s.metrics.early.Inc()
-			s.schedule(ctx, sk.ID, localDue(sk.CancelAfter, res.Now))
+			s.schedule(ctx, sk.ID, localDue(sk.CancelAfter, res.Now, s.early.floor(sk.ID)))
 		case s.checks != nil && (sk.Status == order.Paying || sk.Status == order.Pending):
 			s.checks.enqueue(sk.ID)
 		case sk.Status == order.Paying:

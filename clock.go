@@ -66,8 +66,41 @@ func (w *skewWatch) observe(before, after, storeNow time.Time) time.Duration {
 	return skew
 }
 
+// earlyMaxFloor caps earlyBackoff.
+const earlyMaxFloor = 5 * time.Second
+
 // localDue is when, on this process's clock, the store's clock reaches at,
-// given that it read storeNow a moment ago: at least earlyFloor from now.
-func localDue(at, storeNow time.Time) time.Time {
-	return time.Now().Add(max(at.Sub(storeNow), earlyFloor))
+// given that it read storeNow a moment ago: at least floor from now.
+func localDue(at, storeNow time.Time, floor time.Duration) time.Time {
+	return time.Now().Add(max(at.Sub(storeNow), floor))
+}
+
+// earlyBackoff is the least wait before an order's early timer fires again:
+// earlyFloor the first time, doubled each time the same order comes back
+// early, up to earlyMaxFloor — a store clock that runs slower than this one
+// cannot make one order loop. An order's count is forgotten when it is
+// cancelled; the map is dropped whole past maxEarlyOrders (orders paid
+// meanwhile never come back), which only restarts their backoff.
+type earlyBackoff struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+const maxEarlyOrders = 100_000
+
+func (b *earlyBackoff) floor(id string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == nil || len(b.n) >= maxEarlyOrders {
+		b.n = map[string]int{}
+	}
+	k := b.n[id]
+	b.n[id] = k + 1
+	return min(earlyFloor<<min(k, 16), earlyMaxFloor)
+}
+
+func (b *earlyBackoff) forget(id string) {
+	b.mu.Lock()
+	delete(b.n, id)
+	b.mu.Unlock()
 }

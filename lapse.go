@@ -208,6 +208,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	early     earlyBackoff   // early timers set again (clock.go)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
 	remindSem chan struct{}
 }

@@ -288,6 +288,8 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 
 -- name: claim_due
 -- $1 now, $2 now - lag, $3 batch size, $4 true to leave attempted orders alone.
+-- LEAST: the claim never takes an order before its cancel_after, whatever lag
+-- it is given (one index condition, so the walk below is unchanged).
 -- The subquery walks orders_status_cancel_after from the oldest deadline and
 -- stops after $3 rows it could lock: rows another claimer holds are skipped,
 -- so concurrent claimers take disjoint batches without waiting. ARRAY(…)
@@ -296,7 +298,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- a sequential scan of every PENDING order.
 UPDATE orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
 WHERE id = ANY (ARRAY(SELECT id FROM orders
-                      WHERE status = 'PENDING' AND cancel_after <= $2::timestamptz
+                      WHERE status = 'PENDING' AND cancel_after <= LEAST($2::timestamptz, $1::timestamptz)
                         AND (NOT $4::boolean OR payment_attempts = 0)
                       ORDER BY cancel_after
                       LIMIT $3

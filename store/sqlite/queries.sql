@@ -140,7 +140,8 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- transaction already excludes every other claimer.
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (SELECT id FROM orders
-             WHERE status = 'PENDING' AND cancel_after <= ?2 AND (?4 = 0 OR payment_attempts = 0)
+             WHERE status = 'PENDING' AND cancel_after <= ?2 AND cancel_after <= ?1 -- never before cancel_after, whatever ?2 says
+               AND (?4 = 0 OR payment_attempts = 0)
              ORDER BY cancel_after LIMIT ?3)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
