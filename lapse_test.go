@@ -217,10 +217,14 @@ func TestCrashLosesNoTimer(t *testing.T) {
 	t.Cleanup(func() { st2.Close() })
 	svc2 := newService(t, lapse.Config{Store: st2})
 	start(t, svc2)
+	// The metric counts after the cancel commits: wait on it, not on the
+	// rows, or the rows can be seen cancelled before it moves.
 	waitFor(t, 10*time.Second, "every unpaid order cancelled", func() bool {
-		res, err := st2.ListOrders(context.Background(), store.ListOrdersParams{Status: order.Pending, Limit: 1})
-		return err == nil && len(res.Orders) == 0
+		return metric(t, svc2, "lapse_orders_cancelled_total") >= 39
 	})
+	if res, err := st2.ListOrders(context.Background(), store.ListOrdersParams{Status: order.Pending, Limit: 1}); err != nil || len(res.Orders) != 0 {
+		t.Fatalf("PENDING orders left after the restart: %+v %v", res.Orders, err)
+	}
 	if got := status(t, svc2, "c-0"); got != order.Paid {
 		t.Fatalf("paid order is %s after the restart", got)
 	}
