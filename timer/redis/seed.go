@@ -74,6 +74,11 @@ func (s *Scheduler) checkSeeded(ctx context.Context, seed func(context.Context) 
 			s.log.Warn("redis timers: release the seed lock failed; it expires by itself", "in", seedLockTTL, "err", err)
 		}
 	}()
+	// Look again, holding the lock: the markers read above may predate a
+	// seed that another instance finished, and released the lock, since.
+	if unseeded, err = s.unseeded(ctx); err != nil || len(unseeded) == 0 {
+		return err
+	}
 	s.log.Warn("redis timers: seed markers missing (a new Redis, or one that lost its data: FLUSHALL, "+
 		"a restart without persistence, a failover); seeding the timers from the store", "shards", unseeded)
 	// Every marker holds the token while the seed runs: the fence. A loss
