@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"testing"
 
@@ -20,24 +18,10 @@ import (
 func icuDatabase(t *testing.T) string {
 	t.Helper()
 	base := serverURL(t)
-	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "lapse_icu_" + hex.EncodeToString(b)
-	admin := func(sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect to %s: %v", base, err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	name := uniqueName("lapse_icu_")
 	ident := pgx.Identifier{name}.Sanitize()
-	admin("CREATE DATABASE " + ident + " TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
-	t.Cleanup(func() { admin("DROP DATABASE " + ident + " WITH (FORCE)") })
+	admin(t, base, "CREATE DATABASE "+ident+" TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
+	t.Cleanup(func() { admin(t, base, "DROP DATABASE "+ident+" WITH (FORCE)") })
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)

@@ -36,29 +36,37 @@ func serverURL(t testing.TB) string {
 	return u
 }
 
+// admin runs one statement on the test server's own database, on a
+// connection of its own (CREATE/DROP of schemas and databases).
+func admin(t testing.TB, base, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", base, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// uniqueName is prefix and 12 random hex digits.
+func uniqueName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
 // newSchema creates an empty schema, dropped when the test ends, and returns
 // a URL whose connections use it (search_path is sent as a run-time parameter).
 func newSchema(t testing.TB) string {
 	t.Helper()
 	base := serverURL(t)
-	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "lapse_t_" + hex.EncodeToString(b)
+	schema := uniqueName("lapse_t_")
 	ident := pgx.Identifier{schema}.Sanitize()
-	admin := func(sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect to %s: %v", base, err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	admin("CREATE SCHEMA " + ident)
-	t.Cleanup(func() { admin("DROP SCHEMA " + ident + " CASCADE") })
+	admin(t, base, "CREATE SCHEMA "+ident)
+	t.Cleanup(func() { admin(t, base, "DROP SCHEMA "+ident+" CASCADE") })
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
