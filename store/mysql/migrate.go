@@ -12,6 +12,7 @@ import (
 
 	"github.com/lapsehq/lapse/internal/migrate"
 	"github.com/lapsehq/lapse/internal/sqlfile"
+	"github.com/lapsehq/lapse/internal/sqlrows"
 )
 
 // Migrate applies the embedded migrations not yet applied.
@@ -74,20 +75,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 func appliedVersions(ctx context.Context, conn *sql.Conn) (map[int]bool, error) {
-	rows, err := conn.QueryContext(ctx, q.Get("schema_migrations_list"))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	applied := map[int]bool{}
-	for rows.Next() {
+	err := sqlrows.Each(ctx, conn, q.Get("schema_migrations_list"), nil, func(r *sql.Rows) error {
 		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
+		if err := r.Scan(&v); err != nil {
+			return err
 		}
 		applied[v] = true
-	}
-	return applied, rows.Err()
+		return nil
+	})
+	return applied, err
 }
 
 // apply runs the sections of one migration in order, then records it.

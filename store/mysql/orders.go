@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lapsehq/lapse/internal/sqlrows"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
@@ -84,12 +85,12 @@ func (e executor) affected(ctx context.Context, query string, a ...any) (int64, 
 	return r.RowsAffected()
 }
 
-// scanOrders reads rows of order columns followed by one item's sku and qty,
-// an order's rows consecutive (the queries sort by the order first).
-func scanOrders(rows *sql.Rows) ([]order.Order, error) {
-	defer rows.Close()
+// queryOrders runs a query returning rows of order columns followed by one
+// item's sku and qty, an order's rows consecutive (the queries sort by the
+// order first), and gathers them into orders with their items.
+func (e executor) queryOrders(ctx context.Context, query string, a ...any) ([]order.Order, error) {
 	var out []order.Order
-	for rows.Next() {
+	err := sqlrows.Each(ctx, e.db, query, a, func(rows *sql.Rows) error {
 		var (
 			o                   order.Order
 			status              string
@@ -101,7 +102,7 @@ func scanOrders(rows *sql.Rows) ([]order.Order, error) {
 		err := rows.Scan(&o.ID, &status, &o.AmountCents, &o.Currency, &o.CreatedAt, &o.ExpiresAt, &o.CancelAfter,
 			&paidAt, &cancelledAt, &reason, &paymentID, &o.RefundRequired, &o.PaymentAttempts, &o.Version, &sku, &qty)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if n := len(out); n == 0 || out[n-1].ID != o.ID {
 			o.Status = order.Status(status)
@@ -119,17 +120,9 @@ func scanOrders(rows *sql.Rows) ([]order.Order, error) {
 			last := &out[len(out)-1]
 			last.Items = append(last.Items, order.Item{SKU: sku.String, Qty: qty.Int64})
 		}
-	}
-	return out, rows.Err()
-}
-
-// queryOrders runs a query returning order rows with their items.
-func (e executor) queryOrders(ctx context.Context, query string, a ...any) ([]order.Order, error) {
-	rows, err := e.db.QueryContext(ctx, query, a...)
-	if err != nil {
-		return nil, err
-	}
-	return scanOrders(rows)
+		return nil
+	})
+	return out, err
 }
 
 // queryOrder is queryOrders for one order; store.ErrNotFound when none.
@@ -250,29 +243,15 @@ func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.
 	return e.transition(ctx, id, q.Get("fail_payment"), id, paymentID)
 }
 
-// payments runs a query returning payment rows.
-func (e executor) payments(ctx context.Context, query string, a ...any) ([]order.Payment, error) {
-	rows, err := e.db.QueryContext(ctx, query, a...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []order.Payment
-	for rows.Next() {
-		var p order.Payment
-		var status string
-		if err := rows.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt); err != nil {
-			return nil, err
-		}
-		p.Status = order.PaymentStatus(status)
-		out = append(out, p)
-	}
-	return out, rows.Err()
-}
-
 // Payments implements core.Executor.
 func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
-	return e.payments(ctx, q.Get("get_payments"), orderID)
+	return sqlrows.Collect(ctx, e.db, q.Get("get_payments"), []any{orderID}, func(r *sql.Rows) (order.Payment, error) {
+		var p order.Payment
+		var status string
+		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt)
+		p.Status = order.PaymentStatus(status)
+		return p, err
+	})
 }
 
 // InsertPayment implements core.Executor. A duplicate key fails only the
@@ -360,20 +339,10 @@ func (e executor) cancelLocked(ctx context.Context, now time.Time, ids []string,
 
 // queryIDs runs a query returning order ids.
 func (e executor) queryIDs(ctx context.Context, query string, a ...any) ([]string, error) {
-	rows, err := e.db.QueryContext(ctx, query, a...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
+	return sqlrows.Collect(ctx, e.db, query, a, func(r *sql.Rows) (string, error) {
 		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+		return id, r.Scan(&id)
+	})
 }
 
 // SeeCallback implements core.Executor: INSERT IGNORE inserts no row for a
@@ -411,20 +380,10 @@ func (e executor) PendingDeadlines(ctx context.Context, after store.Deadline, li
 
 // queryDeadlines runs a query returning (id, cancel_after) rows.
 func (e executor) queryDeadlines(ctx context.Context, query string, a ...any) ([]store.Deadline, error) {
-	rows, err := e.db.QueryContext(ctx, query, a...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Deadline
-	for rows.Next() {
+	return sqlrows.Collect(ctx, e.db, query, a, func(r *sql.Rows) (store.Deadline, error) {
 		var d store.Deadline
-		if err := rows.Scan(&d.OrderID, &d.CancelAfter); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		return d, r.Scan(&d.OrderID, &d.CancelAfter)
+	})
 }
 
 // CountStuck implements core.Executor.

@@ -2,10 +2,12 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/sqlfile"
+	"github.com/lapsehq/lapse/internal/sqlrows"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
@@ -89,20 +91,10 @@ func (e executor) lockSKUs(ctx context.Context, skus []string) error {
 
 // UnpublishedEvents implements core.Executor.
 func (e executor) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	rows, err := e.db.QueryContext(ctx, q.Get("unpublished_events"), limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []order.Event
-	for rows.Next() {
+	return sqlrows.Collect(ctx, e.db, q.Get("unpublished_events"), []any{limit}, func(r *sql.Rows) (order.Event, error) {
 		var ev order.Event
-		if err := rows.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &ev.Payload, &ev.CreatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
-	}
-	return out, rows.Err()
+		return ev, r.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &ev.Payload, &ev.CreatedAt)
+	})
 }
 
 // MarkPublished implements core.Executor.
@@ -122,17 +114,12 @@ func (e executor) AuditRows(ctx context.Context, check sqlfile.Query, now time.T
 	if _, err := e.db.ExecContext(ctx, q.Get("audit_params"), now, lag.Milliseconds()); err != nil {
 		return err
 	}
-	rows, err := e.db.QueryContext(ctx, check.SQL)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return sqlrows.Each(ctx, e.db, check.SQL, nil, func(r *sql.Rows) error {
 		var detail string
-		if err := rows.Scan(&detail); err != nil {
-			return err
+		err := r.Scan(&detail)
+		if err == nil {
+			row(detail)
 		}
-		row(detail)
-	}
-	return rows.Err()
+		return err
+	})
 }

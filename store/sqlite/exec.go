@@ -20,6 +20,7 @@ import (
 
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/internal/sqlfile"
+	"github.com/lapsehq/lapse/internal/sqlrows"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
@@ -109,23 +110,8 @@ func scanOrder(sc rowScanner) (order.Order, error) {
 
 // orders runs a query returning order rows and fills their items.
 func (e executor) orders(ctx context.Context, name string, args ...any) ([]order.Order, error) {
-	rows, err := e.db.QueryContext(ctx, q.Get(name), args...)
+	out, err := sqlrows.Collect(ctx, e.db, q.Get(name), args, func(r *sql.Rows) (order.Order, error) { return scanOrder(r) })
 	if err != nil {
-		return nil, err
-	}
-	var out []order.Order
-	for rows.Next() {
-		o, err := scanOrder(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, o)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return out, e.fillItems(ctx, out)
@@ -152,22 +138,21 @@ func (e executor) fillItems(ctx context.Context, os []order.Order) error {
 		ids[i] = o.ID
 		at[o.ID] = i
 	}
-	rows, err := e.db.QueryContext(ctx, q.Get("get_items"), jsonArray(ids))
-	if err != nil {
-		return fmt.Errorf("load items: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := sqlrows.Each(ctx, e.db, q.Get("get_items"), []any{jsonArray(ids)}, func(r *sql.Rows) error {
 		var id string
 		var it order.Item
-		if err := rows.Scan(&id, &it.SKU, &it.Qty); err != nil {
-			return fmt.Errorf("load items: %w", err)
+		if err := r.Scan(&id, &it.SKU, &it.Qty); err != nil {
+			return err
 		}
 		if i, ok := at[id]; ok {
 			os[i].Items = append(os[i].Items, it)
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load items: %w", err)
 	}
-	return rows.Err()
+	return nil
 }
 
 // Orders implements core.Executor.
@@ -209,44 +194,25 @@ func (e executor) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
 
 // UnpublishedEvents implements core.Executor.
 func (e executor) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	rows, err := e.db.QueryContext(ctx, q.Get("unpublished_events"), limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []order.Event
-	for rows.Next() {
+	return sqlrows.Collect(ctx, e.db, q.Get("unpublished_events"), []any{limit}, func(r *sql.Rows) (order.Event, error) {
 		var ev order.Event
 		var payload string
 		var created int64
-		if err := rows.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &payload, &created); err != nil {
-			return nil, err
-		}
-		ev.Payload = []byte(payload)
-		ev.CreatedAt = fromMS(created)
-		out = append(out, ev)
-	}
-	return out, rows.Err()
+		err := r.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &payload, &created)
+		ev.Payload, ev.CreatedAt = []byte(payload), fromMS(created)
+		return ev, err
+	})
 }
 
 // deadlines runs a query returning (id, cancel_after) rows.
 func (e executor) deadlines(ctx context.Context, name string, args ...any) ([]store.Deadline, error) {
-	rows, err := e.db.QueryContext(ctx, q.Get(name), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Deadline
-	for rows.Next() {
+	return sqlrows.Collect(ctx, e.db, q.Get(name), args, func(r *sql.Rows) (store.Deadline, error) {
 		var d store.Deadline
 		var at int64
-		if err := rows.Scan(&d.OrderID, &at); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&d.OrderID, &at)
 		d.CancelAfter = fromMS(at)
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		return d, err
+	})
 }
 
 // PaymentChecks implements core.Executor.
@@ -281,19 +247,14 @@ func (e executor) CountStuck(ctx context.Context, now time.Time) (int64, error) 
 
 // AuditRows implements core.Executor.
 func (e executor) AuditRows(ctx context.Context, c sqlfile.Query, now time.Time, lag time.Duration, row func(string)) error {
-	rows, err := e.db.QueryContext(ctx, c.SQL, ms(now), lag.Milliseconds())
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return sqlrows.Each(ctx, e.db, c.SQL, []any{ms(now), lag.Milliseconds()}, func(r *sql.Rows) error {
 		var detail string
-		if err := rows.Scan(&detail); err != nil {
-			return err
+		err := r.Scan(&detail)
+		if err == nil {
+			row(detail)
 		}
-		row(detail)
-	}
-	return rows.Err()
+		return err
+	})
 }
 
 // ClaimKey implements core.Executor.
@@ -354,30 +315,16 @@ func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.
 	return e.one(ctx, "fail_payment", id, paymentID)
 }
 
-// payments runs a query returning payment rows.
-func (e executor) payments(ctx context.Context, name string, args ...any) ([]order.Payment, error) {
-	rows, err := e.db.QueryContext(ctx, q.Get(name), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []order.Payment
-	for rows.Next() {
+// Payments implements core.Executor.
+func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
+	return sqlrows.Collect(ctx, e.db, q.Get("get_payments"), []any{orderID}, func(r *sql.Rows) (order.Payment, error) {
 		var p order.Payment
 		var status string
 		var created, updated int64
-		if err := rows.Scan(&p.PaymentID, &status, &p.AmountCents, &created, &updated); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &created, &updated)
 		p.Status, p.CreatedAt, p.UpdatedAt = order.PaymentStatus(status), fromMS(created), fromMS(updated)
-		out = append(out, p)
-	}
-	return out, rows.Err()
-}
-
-// Payments implements core.Executor.
-func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment, error) {
-	return e.payments(ctx, "get_payments", orderID)
+		return p, err
+	})
 }
 
 // InsertPayment implements core.Executor.
