@@ -78,9 +78,17 @@ func (s *Service) remind(ctx context.Context, ids []string) {
 	if len(evs) == 0 {
 		return
 	}
-	if err := s.cfg.Sink.Publish(ctx, evs); err != nil {
-		s.log.Warn("send order.expiring reminders (best effort)", "orders", len(evs), "err", err)
-		return
+	sent := 0
+	var failed error
+	for _, err := range s.cfg.Sink.Publish(ctx, evs) {
+		if err == nil {
+			sent++
+		} else {
+			failed = err
+		}
 	}
-	s.metrics.reminders.Add(float64(len(evs)))
+	if failed != nil {
+		s.log.Warn("send order.expiring reminders (best effort)", "orders", len(evs), "sent", sent, "err", failed)
+	}
+	s.metrics.reminders.Add(float64(sent))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/store/storetest"
 )
 
@@ -18,11 +19,13 @@ type sinkRecorder struct {
 	evs []order.Event
 }
 
-func (r *sinkRecorder) Publish(_ context.Context, evs []order.Event) error {
+func (r *sinkRecorder) Name() string { return "recorder" }
+
+func (r *sinkRecorder) Publish(_ context.Context, evs []order.Event) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.evs = append(r.evs, evs...)
-	return nil
+	return make([]error, len(evs))
 }
 
 func (r *sinkRecorder) of(typ string) map[string]order.Event {
@@ -81,9 +84,11 @@ func TestReminderBeforeExpiry(t *testing.T) {
 // connection open.
 type hangingSink struct{}
 
-func (hangingSink) Publish(ctx context.Context, _ []order.Event) error {
+func (hangingSink) Name() string { return "hanging" }
+
+func (hangingSink) Publish(ctx context.Context, evs []order.Event) []error {
 	<-ctx.Done()
-	return ctx.Err()
+	return outbox.ErrorsFor(len(evs), ctx.Err())
 }
 
 // A sink that hangs costs the reminders, never the cancels: reminders used

@@ -8,35 +8,11 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
-	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
-
-// Sink receives events. Publish returns nil only once every event is
-// delivered; on error the relay retries the same events, so a sink must
-// tolerate duplicates (consumers dedupe by event id).
-type Sink interface {
-	Publish(ctx context.Context, events []order.Event) error
-}
-
-// LogSink writes each event as one structured log line.
-type LogSink struct {
-	Logger *slog.Logger
-}
-
-// Publish implements Sink.
-func (s LogSink) Publish(ctx context.Context, events []order.Event) error {
-	for _, e := range events {
-		s.Logger.LogAttrs(ctx, slog.LevelInfo, "event",
-			slog.String("event_id", e.ID), slog.String("type", e.Type), slog.String("order_id", e.OrderID),
-			slog.Any("payload", json.RawMessage(e.Payload)))
-	}
-	return nil
-}
 
 // Relay moves events from the store to the sink.
 type Relay struct {
@@ -98,8 +74,10 @@ func (r *Relay) once(ctx context.Context, limit int) (int, error) {
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	if err := r.Sink.Publish(ctx, evs); err != nil {
-		return 0, err
+	for _, err := range checkResults(r.Sink, len(evs), r.Sink.Publish(ctx, evs)) {
+		if err != nil {
+			return 0, err
+		}
 	}
 	seqs := make([]int64, len(evs))
 	for i, e := range evs {

@@ -23,17 +23,19 @@ type recorder struct {
 	got      []string
 }
 
-func (r *recorder) Publish(_ context.Context, evs []order.Event) error {
+func (r *recorder) Name() string { return "recorder" }
+
+func (r *recorder) Publish(_ context.Context, evs []order.Event) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failures > 0 {
 		r.failures--
-		return errors.New("sink down")
+		return outbox.ErrorsFor(len(evs), errors.New("sink down"))
 	}
 	for _, e := range evs {
 		r.got = append(r.got, e.OrderID+" "+e.Type)
 	}
-	return nil
+	return make([]error, len(evs))
 }
 
 func (r *recorder) events() []string {
@@ -106,7 +108,7 @@ type cancelling struct {
 	cancel context.CancelFunc
 }
 
-func (c *cancelling) Publish(ctx context.Context, evs []order.Event) error {
+func (c *cancelling) Publish(ctx context.Context, evs []order.Event) []error {
 	c.cancel()
 	return c.recorder.Publish(ctx, evs)
 }

@@ -20,7 +20,6 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/bench"
-	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
@@ -29,13 +28,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 )
-
-// discardSink drops events: the bench measures cancels, not the relay's log.
-type discardSink struct{}
-
-func (discardSink) Publish(context.Context, []order.Event) error { return nil }
-
-var _ outbox.Sink = discardSink{}
 
 // rateFlag is orders per second, written 1000 or 1000/s.
 type rateFlag float64
@@ -280,7 +272,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
-			c := lapse.Config{Store: st, Sink: discardSink{}, Logger: logger, Grace: *grace}
+			c := lapse.Config{Store: st, Sink: outbox.DiscardSink{}, Logger: logger, Grace: *grace}
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {
