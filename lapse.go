@@ -96,8 +96,11 @@ type Config struct {
 	// outbox, is not rebuilt after a timer backend loses its data, and is
 	// never used to cancel anything.
 	RemindBefore time.Duration
-	// Sink receives the outbox events. Defaults to a log sink on Logger.
-	Sink outbox.Sink
+	// Sinks receive the outbox events, each at its own pace (see package
+	// outbox). Defaults to a log sink on Logger.
+	Sinks []outbox.Sink
+	// Outbox tunes the relay (batch, lease, retries, retention).
+	Outbox outbox.Config
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
 	DefaultTimeout time.Duration
 	// MaxTimeout bounds timeout_seconds. Defaults to 7 days.
@@ -151,8 +154,11 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Sink == nil {
-		c.Sink = outbox.LogSink{Logger: c.Logger}
+	if len(c.Sinks) == 0 {
+		c.Sinks = []outbox.Sink{outbox.LogSink{Logger: c.Logger}}
+	}
+	if c.Outbox.Logger == nil {
+		c.Outbox.Logger = c.Logger
 	}
 	if c.DefaultTimeout == 0 {
 		c.DefaultTimeout = 15 * time.Minute
@@ -207,6 +213,7 @@ type Service struct {
 	checks  *checker        // with a Gateway
 	log     *slog.Logger
 	metrics *metrics
+	relay   *outbox.Relay
 
 	early     earlyBackoff   // early timers set again (clock.go)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
@@ -219,12 +226,16 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, store: cfg.Store, timers: cfg.Scheduler, log: cfg.Logger, remindSem: make(chan struct{}, remindSlots)}
+	s := &Service{cfg: cfg, timers: cfg.Scheduler, log: cfg.Logger, remindSem: make(chan struct{}, remindSlots)}
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
+	rc := cfg.Outbox
+	rc.Metrics = m.outbox
+	s.relay = &outbox.Relay{Store: cfg.Store, Sinks: cfg.Sinks, Config: rc}
+	s.store = notifying{Store: cfg.Store, relay: s.relay}
 	if cfg.PollStore {
 		s.poll = newPoller(s, 0, cfg.PollMaxSleep, true, nil)
 	}
@@ -260,11 +271,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	relay := &outbox.Relay{
-		Store: s.store, Sink: s.cfg.Sink, Logger: s.log,
-		OnPublished: func(n int) { s.metrics.eventsPublished.Add(float64(n)) },
-	}
-	wg.Go(func() { _ = relay.Run(ctx) })
+	wg.Go(func() {
+		if err := s.relay.Run(ctx); err != nil {
+			s.log.Error("outbox relay stopped", "err", err)
+		}
+	})
 	if s.checks != nil {
 		wg.Go(func() { s.checks.run(ctx) })
 	}

@@ -3,6 +3,7 @@ package lapse
 import (
 	"context"
 	"fmt"
+	"github.com/lapsehq/lapse/outbox"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,7 @@ type metrics struct {
 	early            prometheus.Counter
 	payingAtDeadline prometheus.Counter
 	scheduleErrors   prometheus.Counter
-	eventsPublished  prometheus.Counter
+	outbox           *outbox.Metrics
 	sweepCaught      prometheus.Counter
 	gatewayChecks    *prometheus.CounterVec
 	reminders        prometheus.Counter
@@ -70,9 +71,6 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		scheduleErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_timer_schedule_errors_total", Help: "Timers that could not be scheduled after their order committed (recovered from the store).",
 		}),
-		eventsPublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lapse_outbox_events_published_total", Help: "Outbox events delivered to the sink.",
-		}),
 		gatewayChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lapse_gateway_checks_total", Help: "Gateway queries before a cancel, by answer (PAID, NOT_PAID, PENDING, CLOSED, error, close_error).",
 		}, []string{"result"}),
@@ -97,10 +95,15 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.eventsPublished, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}
 	}
+	om, err := outbox.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("lapse: register outbox metrics: %w", err)
+	}
+	m.outbox = om
 	return m, nil
 }

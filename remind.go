@@ -80,11 +80,13 @@ func (s *Service) remind(ctx context.Context, ids []string) {
 	}
 	sent := 0
 	var failed error
-	for _, err := range s.cfg.Sink.Publish(ctx, evs) {
-		if err == nil {
-			sent++
-		} else {
-			failed = err
+	for _, sink := range s.cfg.Sinks {
+		for _, err := range sink.Publish(ctx, evs) {
+			if err == nil {
+				sent++
+			} else {
+				failed = err
+			}
 		}
 	}
 	if failed != nil {

@@ -45,7 +45,7 @@ func TestReminderBeforeExpiry(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
 	t.Cleanup(func() { st.Close() })
 	sink := &sinkRecorder{}
-	svc := newService(t, lapse.Config{Store: st, Sink: sink, RemindBefore: 300 * time.Millisecond, Grace: time.Second})
+	svc := newService(t, lapse.Config{Store: st, Sinks: []outbox.Sink{sink}, RemindBefore: 300 * time.Millisecond, Grace: time.Second})
 	storetest.Stock(t, st, 10, "sku")
 	start(t, svc)
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func TestHangingSinkNeverHoldsUpCancels(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
 	t.Cleanup(func() { st.Close() })
-	svc := newService(t, lapse.Config{Store: st, Sink: hangingSink{}, RemindBefore: 200 * time.Millisecond, SweepInterval: -1})
+	svc := newService(t, lapse.Config{Store: st, Sinks: []outbox.Sink{hangingSink{}}, RemindBefore: 200 * time.Millisecond, SweepInterval: -1})
 	storetest.Stock(t, st, 10, "sku")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -107,6 +107,10 @@ const (
 	EventRefundRequired = "order.refund_required"
 )
 
+// EventSchemaVersion is the schema_version of event payloads
+// (docs/events): additive changes keep it, a breaking change raises it.
+const EventSchemaVersion = 1
+
 // Event is one outbox row.
 type Event struct {
 	Seq       int64  // store-assigned, increasing; the relay's cursor

@@ -33,6 +33,8 @@ var (
 	ErrAmountMismatch = errors.New("store: amount does not match the order")
 	ErrInvalidCursor  = errors.New("store: invalid cursor")
 	ErrPaymentIDUsed  = errors.New("store: payment id already used by another attempt of this order")
+	// ErrInvalid: the parameters of a call are out of range (a programming error).
+	ErrInvalid = errors.New("store: invalid parameters")
 )
 
 // Store is the whole driver contract. It is split into the parts that later
@@ -127,15 +129,6 @@ type Stock interface {
 	SetStock(ctx context.Context, sku string, available int64) (SKU, error)
 	// GetSKU returns one SKU or ErrNotFound.
 	GetSKU(ctx context.Context, sku string) (SKU, error)
-}
-
-// Outbox holds the events written by transitions, for the relay.
-type Outbox interface {
-	// UnpublishedEvents returns up to limit events not yet published, oldest first.
-	UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error)
-	// MarkPublished records that events up to and including these sequence
-	// numbers reached the sink.
-	MarkPublished(ctx context.Context, seqs []int64) error
 }
 
 // Auditor checks the invariants of docs/architecture.md §7 over the whole database.

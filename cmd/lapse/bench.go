@@ -272,7 +272,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
-			c := lapse.Config{Store: st, Sink: outbox.DiscardSink{}, Logger: logger, Grace: *grace}
+			c := lapse.Config{Store: st, Sinks: []outbox.Sink{outbox.DiscardSink{}}, Logger: logger, Grace: *grace}
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,7 @@ func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.
 		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
 	}
 	payload["refund"] = refund
+	payload["schema_version"] = json.RawMessage(strconv.Itoa(order.EventSchemaVersion))
 	b, err := json.Marshal(payload)
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
@@ -75,7 +77,7 @@ func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effect
 	if typ != "" {
 		e.Events = make([]NewEvent, len(os))
 		for i, o := range os {
-			payload, err := json.Marshal(o)
+			payload, err := EventPayload(o)
 			if err != nil {
 				return Effects{}, fmt.Errorf("encode %s event: %w", typ, err)
 			}
@@ -83,6 +85,20 @@ func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effect
 		}
 	}
 	return e, nil
+}
+
+// EventPayload is the payload of an event about o: schema_version first,
+// then the order as the API shows it (docs/events).
+func EventPayload(o order.Order) ([]byte, error) {
+	b, err := json.Marshal(o)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return b, err
+	}
+	head := `{"schema_version":` + strconv.Itoa(order.EventSchemaVersion)
+	if b[1] != '}' {
+		head += ","
+	}
+	return append([]byte(head), b[1:]...), nil
 }
 
 // PerSKU sums the items of os by SKU, SKUs in byte order (the lock order).

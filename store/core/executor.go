@@ -117,8 +117,53 @@ type Executor interface {
 	WriteEffects(ctx context.Context, e Effects) error
 	// SetStock sets a SKU's available units (creating it) and returns its counters.
 	SetStock(ctx context.Context, sku string, available int64, now time.Time) (store.SKU, error)
-	// MarkPublished marks the events of seqs published.
+	// MarkPublished marks the events of seqs that have no delivery row left
+	// published at now.
 	MarkPublished(ctx context.Context, seqs []int64, now time.Time) error
+	OutboxExecutor
+}
+
+// OutboxExecutor runs the statements of the outbox (store.Outbox): sinks,
+// the fan-out of events to one delivery row per sink, claims and settles.
+type OutboxExecutor interface {
+	// RegisterSinks inserts the sink names that are not registered yet.
+	RegisterSinks(ctx context.Context, names []string, now time.Time) error
+	// LockFanOut takes the fan-out turn for the transaction, skipping
+	// (false) if another transaction holds it: fan-outs run one at a time,
+	// so a fan-out never sees an order's later event without its earlier one.
+	LockFanOut(ctx context.Context) (bool, error)
+	// FanOut gives up to limit events that are not fanned out yet, lowest
+	// seq first, one delivery row per registered sink, due at now; marks
+	// them fanned out and returns how many events it took.
+	FanOut(ctx context.Context, limit int, now time.Time) (int64, error)
+	// ClaimDeliveries leases up to limit of sink's deliveries that are not
+	// dead, due (next_at <= now) and the lowest pending seq of their order
+	// for the sink, lowest seq first, skipping rows other claims hold:
+	// next_at becomes leaseUntil and attempts grows by one. It returns them
+	// with their events (Sink, Attempts, Refusals, FirstRefused, Event).
+	ClaimDeliveries(ctx context.Context, sink string, limit int, now, leaseUntil time.Time) ([]store.Delivery, error)
+	// DeleteDeliveries deletes sink's delivery rows (seqs[i], attempts[i]):
+	// those delivered by the claim that holds them.
+	DeleteDeliveries(ctx context.Context, sink string, seqs []int64, attempts []int) error
+	// FailDelivery records a failed attempt of o on sink's row (if its
+	// attempts still match): next_at, the error, one more refusal and
+	// first_refused_at (if unset) when refused, dead and dead_at when dead.
+	FailDelivery(ctx context.Context, sink string, o store.Outcome, now, nextAt time.Time) error
+	// ListDeliveries pages delivery rows with their events, in seq order.
+	ListDeliveries(ctx context.Context, p store.ListEventsParams) ([]store.EventDelivery, error)
+	// RetryDeliveries makes the dead rows p selects due at now, clears their
+	// refusals, and returns how many.
+	RetryDeliveries(ctx context.Context, p store.RetryEventsParams, now time.Time) (int64, error)
+	// PurgeDeliveries deletes the dead rows p selects and returns their seqs.
+	PurgeDeliveries(ctx context.Context, p store.PurgeEventsParams) ([]int64, error)
+	// MarkDrained marks up to limit fanned-out events with no delivery row
+	// left published at now (a settle racing another sink's may leave one
+	// unmarked) and returns how many.
+	MarkDrained(ctx context.Context, limit int, now time.Time) (int64, error)
+	// DeleteOutbox deletes up to limit events published before before.
+	DeleteOutbox(ctx context.Context, before time.Time, limit int) (int64, error)
+	// OutboxStats counts the backlog (Now is the caller's).
+	OutboxStats(ctx context.Context) (store.OutboxStats, error)
 }
 
 // ExecutorTx is an Executor inside a transaction.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -33,33 +32,6 @@ func (s *Store) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
 		return store.SKU{}, fmt.Errorf("get sku %s: %w", sku, err)
 	}
 	return out, nil
-}
-
-// UnpublishedEvents implements store.Outbox.
-func (s *Store) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	out, err := s.d.UnpublishedEvents(ctx, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", err)
-	}
-	return out, nil
-}
-
-// MarkPublished implements store.Outbox.
-func (s *Store) MarkPublished(ctx context.Context, seqs []int64) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		return tx.MarkPublished(ctx, seqs, now)
-	})
-	if err != nil {
-		return fmt.Errorf("mark %d events published: %w", len(seqs), err)
-	}
-	return nil
 }
 
 // Audit implements store.Auditor: every check of the driver's audit file,

@@ -279,8 +279,123 @@ SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT ?;
 
 -- name: mark_published
+-- Params: now, the sequence numbers. Events whose every sink has delivered
+-- them (no delivery row left).
+UPDATE outbox o SET o.published_at = ?
+WHERE o.seq IN (/*each*/?) AND o.published_at IS NULL AND o.fanned_out
+  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = o.seq);
+
+-- name: register_sinks
+-- Params: now, the names.
+INSERT IGNORE INTO outbox_sinks (registered_at, name) VALUES /*each*/(?, ?);
+
+-- name: lock_fanout
+SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
+
+-- name: unfanned
+-- Param: limit. Read holding outbox_fanout's row (lock_fanout).
+SELECT seq FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT ?;
+
+-- name: fan_out_deliveries
 -- Params: now, the sequence numbers.
-UPDATE outbox SET published_at = ? WHERE seq IN (/*each*/?) AND published_at IS NULL;
+INSERT IGNORE INTO outbox_deliveries (sink, seq, order_id, next_at)
+SELECT s.name, o.seq, o.order_id, ? FROM outbox o CROSS JOIN outbox_sinks s
+WHERE o.seq IN (/*each*/?);
+
+-- name: fan_out_mark
+-- Params: the sequence numbers.
+UPDATE outbox SET fanned_out = TRUE WHERE seq IN (/*each*/?);
+
+-- name: claim_select
+-- Params: sink, now, limit. The first pending seq of each order only (NOT
+-- EXISTS, a plain read: FOR UPDATE does not reach into the subquery), rows
+-- other claims hold skipped: one event of an order in flight per sink.
+SELECT d.seq FROM outbox_deliveries d
+WHERE d.sink = ? AND NOT d.dead AND d.next_at <= ?
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_deliveries p
+      WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
+ORDER BY d.seq LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_lease
+-- Params: lease until, sink, the sequence numbers.
+UPDATE outbox_deliveries SET next_at = ?, attempts = attempts + 1
+WHERE sink = ? AND seq IN (/*each*/?);
+
+-- name: claimed
+-- Params: sink, the sequence numbers.
+SELECT d.seq, d.attempts, d.refusals, d.first_refused_at,
+       o.event_id, o.type, o.order_id, o.payload, o.created_at
+FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+WHERE d.sink = ? AND d.seq IN (/*each*/?) ORDER BY d.seq;
+
+-- name: delete_deliveries
+-- Params: sink, (seq, attempts) pairs.
+DELETE FROM outbox_deliveries WHERE sink = ? AND (seq, attempts) IN (/*each*/(?, ?));
+
+-- name: fail_delivery
+-- Params: next_at, error, refused, refused, now, dead, dead, now, sink, seq, attempts.
+UPDATE outbox_deliveries SET
+    next_at = ?, last_error = ?,
+    refusals = refusals + ?,
+    first_refused_at = CASE WHEN ? THEN COALESCE(first_refused_at, ?) ELSE first_refused_at END,
+    dead = ?, dead_at = CASE WHEN ? THEN ? END
+WHERE sink = ? AND seq = ? AND attempts = ?;
+
+-- name: list_deliveries
+-- Params: sink, sink ('' for all), dead only, after seq, limit.
+SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
+       o.seq, o.event_id, o.type, o.order_id, o.payload, o.created_at
+FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+WHERE (? = '' OR d.sink = ?) AND (NOT ? OR d.dead) AND d.seq > ?
+ORDER BY d.seq, d.sink LIMIT ?;
+
+-- name: retry_dead
+-- Params: now, sink, sink ('' for all).
+UPDATE outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
+    refusals = 0, first_refused_at = NULL
+WHERE dead AND (? = '' OR sink = ?);
+
+-- name: retry_events
+-- Params: now, sink, sink ('' for all), the event ids.
+UPDATE outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
+    refusals = 0, first_refused_at = NULL
+WHERE dead AND (? = '' OR sink = ?)
+  AND seq IN (SELECT seq FROM outbox WHERE event_id IN (/*each*/?));
+
+-- name: purge_select
+-- Params: dead before, sink, sink ('' for all).
+SELECT sink, seq FROM outbox_deliveries WHERE dead AND dead_at < ? AND (? = '' OR sink = ?)
+FOR UPDATE;
+
+-- name: purge_delete
+-- Params: (sink, seq) pairs.
+DELETE FROM outbox_deliveries WHERE (sink, seq) IN (/*each*/(?, ?));
+
+-- name: mark_drained
+-- Params: now, limit.
+UPDATE outbox SET published_at = ?
+WHERE published_at IS NULL AND fanned_out
+  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = outbox.seq)
+ORDER BY seq LIMIT ?;
+
+-- name: delete_outbox
+-- Params: published before, limit.
+DELETE FROM outbox WHERE published_at < ? ORDER BY published_at LIMIT ?;
+
+-- name: outbox_unfanned
+SELECT count(*), min(created_at) FROM outbox WHERE NOT fanned_out;
+
+-- name: outbox_sink_stats
+SELECT s.name,
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
+        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
+    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+     WHERE d.sink = s.name AND NOT d.dead ORDER BY d.seq LIMIT 1)
+FROM outbox_sinks s ORDER BY s.name;
 
 -- name: audit_params
 -- Params: now, the allowed lag in milliseconds. Session variables the queries

@@ -349,8 +349,111 @@ SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbo
 WHERE published_at IS NULL ORDER BY seq LIMIT $1;
 
 -- name: mark_published
-UPDATE outbox SET published_at = $1
-WHERE seq = ANY($2::bigint[]) AND published_at IS NULL;
+-- Events whose every sink has delivered them (no delivery row left).
+UPDATE outbox o SET published_at = $1
+WHERE o.seq = ANY($2::bigint[]) AND o.published_at IS NULL AND o.fanned_out
+  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = o.seq);
+
+-- name: register_sinks
+INSERT INTO outbox_sinks (name, registered_at)
+SELECT unnest($1::text[]), $2 ON CONFLICT (name) DO NOTHING;
+
+-- name: lock_fanout
+SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
+
+-- name: fan_out
+-- Params: limit, now. Runs holding outbox_fanout's row (lock_fanout).
+WITH f AS (
+    SELECT seq, order_id FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1
+), d AS (
+    INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
+    SELECT s.name, f.seq, f.order_id, $2 FROM f CROSS JOIN outbox_sinks s
+    ON CONFLICT (sink, seq) DO NOTHING
+)
+UPDATE outbox o SET fanned_out = true FROM f WHERE o.seq = f.seq;
+
+-- name: claim_deliveries
+-- Params: sink, limit, now, lease until. The first pending seq of each
+-- order only (NOT EXISTS), rows other claims hold skipped: one event of an
+-- order in flight per sink.
+WITH c AS (
+    SELECT d.sink, d.seq FROM outbox_deliveries d
+    WHERE d.sink = $1 AND NOT d.dead AND d.next_at <= $3
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox_deliveries p
+          WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
+    ORDER BY d.seq LIMIT $2
+    FOR UPDATE OF d SKIP LOCKED
+), u AS (
+    UPDATE outbox_deliveries d SET next_at = $4, attempts = d.attempts + 1
+    FROM c WHERE d.sink = c.sink AND d.seq = c.seq
+    RETURNING d.seq, d.attempts, d.refusals, d.first_refused_at
+)
+SELECT u.seq, u.attempts, u.refusals, u.first_refused_at,
+       o.event_id::text, o.type, o.order_id, o.payload::text, o.created_at
+FROM u JOIN outbox o ON o.seq = u.seq ORDER BY u.seq;
+
+-- name: delete_deliveries
+-- Params: sink, seqs, attempts (pairs).
+DELETE FROM outbox_deliveries d
+USING unnest($2::bigint[], $3::int[]) AS x(seq, attempts)
+WHERE d.sink = $1 AND d.seq = x.seq AND d.attempts = x.attempts;
+
+-- name: fail_delivery
+-- Params: sink, seq, attempts, now, next_at, error, refused, dead.
+UPDATE outbox_deliveries SET
+    next_at = $5, last_error = $6,
+    refusals = refusals + CASE WHEN $7 THEN 1 ELSE 0 END,
+    first_refused_at = CASE WHEN $7 THEN COALESCE(first_refused_at, $4) ELSE first_refused_at END,
+    dead = $8, dead_at = CASE WHEN $8 THEN $4 END
+WHERE sink = $1 AND seq = $2 AND attempts = $3;
+
+-- name: list_deliveries
+-- Params: sink ('' for all), dead only, after seq, limit.
+SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
+       o.seq, o.event_id::text, o.type, o.order_id, o.payload::text, o.created_at
+FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+WHERE ($1 = '' OR d.sink = $1) AND (NOT $2 OR d.dead) AND d.seq > $3
+ORDER BY d.seq, d.sink LIMIT $4;
+
+-- name: retry_deliveries
+-- Params: event ids (or NULL for every dead one), sink ('' for all), now.
+UPDATE outbox_deliveries d SET dead = false, dead_at = NULL, next_at = $3,
+    refusals = 0, first_refused_at = NULL
+WHERE d.dead AND ($2 = '' OR d.sink = $2)
+  AND ($1::uuid[] IS NULL OR d.seq IN (SELECT seq FROM outbox WHERE event_id = ANY($1::uuid[])));
+
+-- name: purge_deliveries
+-- Params: dead before, sink ('' for all).
+DELETE FROM outbox_deliveries WHERE dead AND dead_at < $1 AND ($2 = '' OR sink = $2)
+RETURNING seq;
+
+-- name: mark_drained
+-- Params: limit, now.
+UPDATE outbox o SET published_at = $2
+WHERE o.seq IN (
+    SELECT u.seq FROM outbox u
+    WHERE u.published_at IS NULL AND u.fanned_out
+      AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = u.seq)
+    ORDER BY u.seq LIMIT $1);
+
+-- name: delete_outbox
+-- Params: published before, limit.
+DELETE FROM outbox WHERE seq IN (
+    SELECT seq FROM outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2);
+
+-- name: outbox_unfanned
+SELECT count(*), min(created_at) FROM outbox WHERE NOT fanned_out;
+
+-- name: outbox_sink_stats
+SELECT s.name,
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
+        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
+    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+     WHERE d.sink = s.name AND NOT d.dead ORDER BY d.seq LIMIT 1)
+FROM outbox_sinks s ORDER BY s.name;
 
 -- name: savepoint
 -- The savepoints bracket one create of a group in the core's general path;

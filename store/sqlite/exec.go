@@ -194,14 +194,7 @@ func (e executor) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
 
 // UnpublishedEvents implements core.Executor.
 func (e executor) UnpublishedEvents(ctx context.Context, limit int) ([]order.Event, error) {
-	return sqlrows.Collect(ctx, e.db, q.Get("unpublished_events"), []any{limit}, func(r *sql.Rows) (order.Event, error) {
-		var ev order.Event
-		var payload string
-		var created int64
-		err := r.Scan(&ev.Seq, &ev.ID, &ev.Type, &ev.OrderID, &payload, &created)
-		ev.Payload, ev.CreatedAt = []byte(payload), fromMS(created)
-		return ev, err
-	})
+	return e.events(ctx, "unpublished_events", limit)
 }
 
 // deadlines runs a query returning (id, cancel_after) rows.

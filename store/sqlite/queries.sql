@@ -184,8 +184,108 @@ SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT ?1;
 
 -- name: mark_published
+-- Events whose every sink has delivered them (no delivery row left).
 UPDATE outbox SET published_at = ?1
-WHERE seq IN (SELECT value FROM json_each(?2)) AND published_at IS NULL;
+WHERE seq IN (SELECT value FROM json_each(?2)) AND published_at IS NULL AND fanned_out = 1
+  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = outbox.seq);
+
+-- name: register_sinks
+INSERT INTO outbox_sinks (name, registered_at)
+SELECT value, ?2 FROM json_each(?1) WHERE true ON CONFLICT (name) DO NOTHING;
+
+-- name: fan_out_deliveries
+-- Params: limit, now. The single writer serializes fan-outs.
+INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
+SELECT s.name, f.seq, f.order_id, ?2
+FROM (SELECT seq, order_id FROM outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1) f
+CROSS JOIN outbox_sinks s
+WHERE true ON CONFLICT (sink, seq) DO NOTHING;
+
+-- name: fan_out_mark
+-- Params: limit (the same rows as fan_out_deliveries: the writer is alone).
+UPDATE outbox SET fanned_out = 1
+WHERE seq IN (SELECT seq FROM outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1);
+
+-- name: claim_deliveries
+-- Params: sink, limit, now, lease until. The first pending seq of each
+-- order only: one event of an order in flight per sink.
+UPDATE outbox_deliveries SET next_at = ?4, attempts = attempts + 1
+WHERE sink = ?1 AND seq IN (
+    SELECT d.seq FROM outbox_deliveries d
+    WHERE d.sink = ?1 AND d.dead = 0 AND d.next_at <= ?3
+      AND NOT EXISTS (
+          SELECT 1 FROM outbox_deliveries p
+          WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
+    ORDER BY d.seq LIMIT ?2)
+RETURNING seq, attempts, refusals, first_refused_at;
+
+-- name: events_by_seq
+SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+WHERE seq IN (SELECT value FROM json_each(?1)) ORDER BY seq;
+
+-- name: delete_deliveries
+-- Params: sink, [[seq, attempts], …].
+DELETE FROM outbox_deliveries
+WHERE sink = ?1 AND EXISTS (
+    SELECT 1 FROM json_each(?2) x
+    WHERE json_extract(x.value, '$[0]') = outbox_deliveries.seq
+      AND json_extract(x.value, '$[1]') = outbox_deliveries.attempts);
+
+-- name: fail_delivery
+-- Params: sink, seq, attempts, now, next_at, error, refused, dead.
+UPDATE outbox_deliveries SET
+    next_at = ?5, last_error = ?6,
+    refusals = refusals + ?7,
+    first_refused_at = CASE WHEN ?7 THEN COALESCE(first_refused_at, ?4) ELSE first_refused_at END,
+    dead = ?8, dead_at = CASE WHEN ?8 THEN ?4 END
+WHERE sink = ?1 AND seq = ?2 AND attempts = ?3;
+
+-- name: list_deliveries
+-- Params: sink ('' for all), dead only, after seq, limit.
+SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
+       o.seq, o.event_id, o.type, o.order_id, o.payload, o.created_at
+FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+WHERE (?1 = '' OR d.sink = ?1) AND (NOT ?2 OR d.dead = 1) AND d.seq > ?3
+ORDER BY d.seq, d.sink LIMIT ?4;
+
+-- name: retry_deliveries
+-- Params: event ids (JSON array, or NULL for every dead one), sink ('' for all), now.
+UPDATE outbox_deliveries SET dead = 0, dead_at = NULL, next_at = ?3,
+    refusals = 0, first_refused_at = NULL
+WHERE dead = 1 AND (?2 = '' OR sink = ?2)
+  AND (?1 IS NULL OR seq IN (SELECT seq FROM outbox WHERE event_id IN (SELECT value FROM json_each(?1))));
+
+-- name: purge_deliveries
+-- Params: dead before, sink ('' for all).
+DELETE FROM outbox_deliveries WHERE dead = 1 AND dead_at < ?1 AND (?2 = '' OR sink = ?2)
+RETURNING seq;
+
+-- name: mark_drained
+-- Params: limit, now.
+UPDATE outbox SET published_at = ?2
+WHERE seq IN (
+    SELECT u.seq FROM outbox u
+    WHERE u.published_at IS NULL AND u.fanned_out = 1
+      AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = u.seq)
+    ORDER BY u.seq LIMIT ?1);
+
+-- name: delete_outbox
+-- Params: published before, limit.
+DELETE FROM outbox WHERE seq IN (
+    SELECT seq FROM outbox WHERE published_at < ?1 ORDER BY published_at LIMIT ?2);
+
+-- name: outbox_unfanned
+SELECT count(*), min(created_at) FROM outbox WHERE fanned_out = 0;
+
+-- name: outbox_sink_stats
+SELECT s.name,
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 1),
+    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0 AND EXISTS (
+        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead = 1 AND x.seq < d.seq)),
+    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+     WHERE d.sink = s.name AND d.dead = 0 ORDER BY d.seq LIMIT 1)
+FROM outbox_sinks s ORDER BY s.name;
 
 -- name: savepoint
 -- Each create of a group runs behind one (group.go): a create that fails is

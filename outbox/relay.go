@@ -1,0 +1,397 @@
+// Package outbox relays the events that transitions write to the store's
+// outbox table (in the same transaction as the change) to sinks: webhooks,
+// RabbitMQ, Kafka, NATS, the log.
+//
+// Guarantees, per sink:
+//   - At least once: an event is settled (its delivery row deleted) only
+//     after the sink confirmed it; a relay that dies between publish and
+//     settle leaves a lease that runs out, and the event goes again with the
+//     same id. Consumers dedupe by event id.
+//   - Per-order order: the events of one order go out in the order they were
+//     committed, one at a time (the store claims only the first pending event
+//     of each order for a sink), across instances and crashes. A relay stops
+//     publishing a batch before its lease ends, so a redelivery never
+//     overtakes the attempt it replaces.
+//   - Independence: each sink has its own progress; a dead webhook holds
+//     back nothing but itself.
+//   - Dead letters: an event a sink refuses for good, or for longer than its
+//     Policy allows, is dead for that sink: it stays, listed by `lapse events
+//     list --dead`, until retried or purged, and the later events of its
+//     order (for that sink) wait behind it.
+//
+// Any number of instances run relays over one store; they share the work by
+// claiming batches with a lease.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Relay moves events from the store to its sinks. Fill the fields, then Run.
+type Relay struct {
+	Store store.Outbox
+	Sinks []Sink
+	Config
+
+	wakeOnce sync.Once
+	wakes    []chan struct{}
+}
+
+// Config tunes a Relay; the zero value takes every default.
+type Config struct {
+	// Interval is how often an idle relay looks for events other instances
+	// committed (its own instance wakes it with Notify). Defaults to 200 ms.
+	Interval time.Duration
+	// Linger is how long a woken relay waits for more events to gather into
+	// the batch. Defaults to 2 ms.
+	Linger time.Duration
+	// BatchSize is the most events claimed at once per sink. Defaults to 500.
+	BatchSize int
+	// Lease is how long a claim holds its events. A batch is published
+	// within 4/5 of it, or its unconfirmed events are failed and retried.
+	// Defaults to 30 s.
+	Lease time.Duration
+	// RetryBase and RetryMax bound the backoff of a refused event: RetryBase
+	// doubled per refusal, up to RetryMax, with ±20% jitter. Default 1 s and
+	// 10 minutes.
+	RetryBase, RetryMax time.Duration
+	// Retention is how long events published to every sink are kept.
+	// Defaults to 7 days; negative keeps them forever.
+	Retention time.Duration
+	// RetentionInterval is how often retention runs. Defaults to 1 minute.
+	RetentionInterval time.Duration
+	// StatsInterval is how often the backlog gauges are refreshed. Defaults
+	// to 5 s.
+	StatsInterval time.Duration
+	Logger        *slog.Logger
+	// Metrics, when set, receives the per-sink counters and gauges.
+	Metrics *Metrics
+	// OnDelivered, when set, is called with each batch of events a sink
+	// confirmed and when (benchmarks measure lag with it).
+	OnDelivered func(sink string, events []order.Event, at time.Time)
+}
+
+func (r *Relay) setDefaults() {
+	if r.Interval <= 0 {
+		r.Interval = 200 * time.Millisecond
+	}
+	if r.Linger <= 0 {
+		r.Linger = 2 * time.Millisecond
+	}
+	if r.BatchSize <= 0 {
+		r.BatchSize = 500
+	}
+	if r.Lease <= 0 {
+		r.Lease = 30 * time.Second
+	}
+	if r.RetryBase <= 0 {
+		r.RetryBase = time.Second
+	}
+	if r.RetryMax <= 0 {
+		r.RetryMax = 10 * time.Minute
+	}
+	if r.Retention == 0 {
+		r.Retention = 7 * 24 * time.Hour
+	}
+	if r.RetentionInterval <= 0 {
+		r.RetentionInterval = time.Minute
+	}
+	if r.StatsInterval <= 0 {
+		r.StatsInterval = 5 * time.Second
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+}
+
+func (r *Relay) initWakes() {
+	r.wakeOnce.Do(func() {
+		r.wakes = make([]chan struct{}, len(r.Sinks))
+		for i := range r.wakes {
+			r.wakes[i] = make(chan struct{}, 1)
+		}
+	})
+}
+
+// Notify wakes the relay's sinks: events were just committed. It never
+// blocks.
+func (r *Relay) Notify() {
+	r.initWakes()
+	for _, w := range r.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run registers the sinks and relays until ctx ends; then each sink makes a
+// last pass (bounded to 5 s) so that a clean shutdown leaves little of what
+// was committed unpublished.
+func (r *Relay) Run(ctx context.Context) error {
+	r.setDefaults()
+	r.initWakes()
+	names := make([]string, len(r.Sinks))
+	seen := map[string]bool{}
+	for i, s := range r.Sinks {
+		names[i] = s.Name()
+		if seen[names[i]] {
+			return fmt.Errorf("outbox: two sinks named %s: each sink needs its own progress", names[i])
+		}
+		seen[names[i]] = true
+	}
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := r.Store.RegisterSinks(ctx, names)
+		if err == nil {
+			break
+		}
+		r.Logger.Error("outbox: registering sinks failed; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	var wg sync.WaitGroup
+	for i, s := range r.Sinks {
+		wg.Go(func() { r.runSink(ctx, s, r.wakes[i]) })
+	}
+	wg.Go(func() { r.runRetention(ctx) })
+	if r.Metrics != nil {
+		wg.Go(func() { r.runStats(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// runSink is one sink's loop: claim, publish, settle.
+func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}) {
+	policy := DefaultPolicy
+	if ps, ok := s.(PolicySink); ok {
+		policy = ps.Policy()
+	}
+	owner := uuid.NewString()[:8]
+	log := r.Logger.With("sink", s.Name(), "relay", owner)
+	failures := 0
+	for ctx.Err() == nil {
+		n, ok, gone, err := r.pass(ctx, s, policy, log)
+		switch {
+		case gone:
+			log.Error("outbox: the sink's destination is gone (410); its events wait until lapse restarts with the sink fixed or removed")
+			if r.Metrics != nil {
+				r.Metrics.disabled.WithLabelValues(s.Name()).Set(1)
+			}
+			<-ctx.Done()
+			return
+		case err != nil || (n > 0 && ok == 0):
+			failures++
+			wait := backoff(failures, 100*time.Millisecond, 30*time.Second)
+			if err != nil {
+				log.Warn("outbox: relay pass failed; retrying", "err", err, "retry_in", wait)
+			}
+			sleep(ctx, wait)
+			continue
+		}
+		failures = 0
+		if n == r.BatchSize {
+			continue // more are waiting
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(r.Interval):
+		case <-wake:
+			sleep(ctx, r.Linger)
+		}
+	}
+	// The last pass: what this instance committed just before stopping.
+	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for flush.Err() == nil {
+		if n, _, _, err := r.pass(flush, s, policy, log); err != nil || n < r.BatchSize {
+			return
+		}
+	}
+}
+
+// pass claims one batch for s, publishes it and settles it. It returns how
+// many events it claimed and how many were delivered; gone when the sink
+// said its destination no longer exists.
+func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logger) (n, ok int, gone bool, err error) {
+	start := time.Now()
+	ds, err := r.Store.ClaimEvents(ctx, store.ClaimEventsParams{Sink: s.Name(), Limit: r.BatchSize, Lease: r.Lease})
+	if err != nil || len(ds) == 0 {
+		return 0, 0, false, err
+	}
+	evs := make([]order.Event, len(ds))
+	for i, d := range ds {
+		evs[i] = d.Event
+	}
+	// Publish within the lease. The deadline is measured from before the
+	// claim, so it ends before the lease does on the store's clock too. A
+	// shutdown gives the batch in hand shutdownGrace to be confirmed rather
+	// than abandoning it at once (its confirmed events are then settled).
+	pctx, endPublish := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.Lease*4/5))
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, endPublish) })
+	errs := checkResults(s, len(evs), s.Publish(pctx, evs))
+	stopGrace()
+	endPublish()
+	at := time.Now()
+
+	outcomes := make([]store.Outcome, len(ds))
+	var delivered []order.Event
+	var firstErr error
+	for i, d := range ds {
+		o, isGone := r.outcome(d, errs[i], policy)
+		outcomes[i] = o
+		gone = gone || isGone
+		if o.Delivered {
+			delivered = append(delivered, d.Event)
+			continue
+		}
+		if firstErr == nil {
+			firstErr = errs[i]
+		}
+		if o.Dead {
+			log.Error("outbox: event is dead for this sink; later events of its order wait behind it (lapse events retry)",
+				"event_id", d.ID, "type", d.Type, "order_id", d.OrderID, "refusals", d.Refusals+1, "err", errs[i])
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.Store.SettleEvents(sctx, s.Name(), outcomes); err != nil {
+		// The confirmed events go again when their lease runs out: a
+		// duplicate, never a loss.
+		return len(ds), 0, gone, fmt.Errorf("settle: %w", err)
+	}
+	if r.Metrics != nil {
+		r.Metrics.observe(s.Name(), outcomes, delivered, at)
+	}
+	if len(delivered) > 0 && r.OnDelivered != nil {
+		r.OnDelivered(s.Name(), delivered, at)
+	}
+	if firstErr != nil && len(delivered) < len(ds) {
+		log.Warn("outbox: events not delivered; retrying later", "failed", len(ds)-len(delivered), "of", len(ds), "err", firstErr)
+	}
+	return len(ds), len(delivered), gone, nil
+}
+
+// shutdownGrace is how long a batch being published may go on once the
+// relay is told to stop.
+const shutdownGrace = 2 * time.Second
+
+// outcome decides what becomes of delivery d after the sink answered err.
+func (r *Relay) outcome(d store.Delivery, err error, p Policy) (store.Outcome, bool) {
+	o := store.Outcome{Seq: d.Seq, Attempts: d.Attempts}
+	if err == nil {
+		o.Delivered = true
+		return o, false
+	}
+	o.Error = truncate(err.Error(), 1000)
+	if errors.Is(err, ErrGone) {
+		return o, true // due again at once: at the next start
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		// Transport: retried without limit, soon.
+		o.RetryIn = backoff(d.Attempts, 200*time.Millisecond, 30*time.Second)
+		return o, false
+	}
+	o.Refused = true
+	refusals := d.Refusals + 1
+	refusedFor := time.Duration(0)
+	if !d.FirstRefused.IsZero() {
+		refusedFor = d.ClaimedAt.Sub(d.FirstRefused)
+	}
+	o.Dead = refused.Permanent ||
+		(p.MaxRefusals > 0 && refusals >= p.MaxRefusals) ||
+		(p.MaxAge > 0 && refusedFor >= p.MaxAge)
+	o.RetryIn = max(backoff(refusals, r.RetryBase, r.RetryMax), refused.RetryAfter)
+	return o, false
+}
+
+// runRetention deletes published events past retention, 1,000 at a time.
+func (r *Relay) runRetention(ctx context.Context) {
+	if r.Retention < 0 {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(r.RetentionInterval)):
+		}
+		if n, err := Prune(ctx, r.Store, r.Retention); err != nil && ctx.Err() == nil {
+			r.Logger.Warn("outbox: retention failed; trying again later", "err", err)
+		} else if n > 0 {
+			r.Logger.Info("outbox: deleted published events past retention", "events", n, "retention", r.Retention)
+		}
+	}
+}
+
+// Prune deletes events published to every sink more than retention ago, in
+// transactions of at most 1,000 rows, and returns how many it deleted.
+func Prune(ctx context.Context, st store.Outbox, retention time.Duration) (int64, error) {
+	const batch = 1000
+	var total int64
+	for {
+		n, err := st.PruneOutbox(ctx, time.Now().Add(-retention), batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+func (r *Relay) runStats(ctx context.Context) {
+	for {
+		if st, err := r.Store.OutboxStats(ctx); err == nil {
+			r.Metrics.setStats(st)
+		} else if ctx.Err() == nil {
+			r.Logger.Warn("outbox: reading backlog stats failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.StatsInterval):
+		}
+	}
+}
+
+// backoff is base doubled per attempt after the first, at most limit, with
+// ±20% jitter.
+func backoff(attempt int, base, limit time.Duration) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < limit; i++ {
+		d *= 2
+	}
+	return jitter(min(d, limit))
+}
+
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
