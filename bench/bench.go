@@ -48,6 +48,13 @@ const (
 
 // Config is one workload and the faults injected while it runs.
 type Config struct {
+	// Relay, when set, records the outbox relay's deliveries (its
+	// OnDelivered is the in-process service's); after the cancels the run
+	// waits up to Wait for RelayStore's outbox to drain, and reports.
+	Relay      *RelayProbe
+	RelayStore store.Outbox
+	RelaySinks []string
+
 	// Orders is how many orders to create. Defaults to 2000; with Duration, 0
 	// means no limit but the duration.
 	Orders int
@@ -298,6 +305,12 @@ type Result struct {
 	Retries int `json:"retries"`
 	// Chaos is the network the run went through (Config.Chaos).
 	Chaos *ChaosResult `json:"chaos,omitempty"`
+	// Relay is what the outbox relay delivered to each sink (lapse bench
+	// --sink).
+	Relay []RelayResult `json:"relay,omitempty"`
+	// RelayUndelivered counts events still not published to every sink when
+	// the run gave up waiting (at least; it reads 1,000 at most).
+	RelayUndelivered int64 `json:"relay_undelivered,omitempty"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
@@ -409,6 +422,14 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	stopKiller()
 	stopFaults()
 	stopProgress()
+	if r.cfg.Relay != nil && r.cfg.RelayStore != nil && r.err() == nil {
+		left, err := WaitRelayed(wctx, r.cfg.RelayStore, r.cfg.RelaySinks, r.cfg.Wait)
+		if err != nil {
+			r.fail(err)
+		}
+		res.Relay = r.cfg.Relay.Results()
+		res.RelayUndelivered = left
+	}
 	res.Restarts = int(r.restarts.Load())
 	res.Retries = int(r.retries.Load())
 	if r.cfg.Chaos != nil {

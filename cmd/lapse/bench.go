@@ -78,6 +78,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	restartDBDown := fs.Duration("restart-db-down", time.Second, none, "with --restart-db-at and no --restart-db-cmd: how long the database stays away (new connections refused)")
 	chaosLatency := fs.Duration("chaos-latency", 0, none, "put a proxy (toxiproxy, in this process) between the in-process service and its servers — the store's PostgreSQL or MySQL, and Redis timers — that delays every answer by this much: one round trip costs this much more (whole milliseconds)")
 	chaosJitter := fs.Duration("chaos-jitter", 0, none, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
+	sinkFl := addSinkFlags(fs)
+	relayDrain := fs.Int("relay-drain", 0, "with --sink: before the run, write this many orders' events with no relay running, then time one relay emptying them into each sink, beside a plain publisher to the same broker (the ceiling)")
 	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (in-process service included) to this file, for go tool pprof")
@@ -126,6 +128,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--kill-every restarts a worker in this process; it does not combine with --target (restart the server yourself)")
 		case given["timers"]:
 			return usage("--timers is the in-process service's; with --target the server's own timers run")
+		case len(sinkFl.sinks) > 0:
+			return usage("--sink is the in-process service's; with --target the server's own sinks run (lapse serve --sink)")
 		case given["grace"]:
 			return usage("--grace is the in-process service's; with --target the server's applies (lapse serve --grace)")
 		case *payRatio > 0 && *callbackSecret == "":
@@ -271,8 +275,29 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}})
 			}
 		}
+		sinks := []outbox.Sink{outbox.DiscardSink{}}
+		var outboxCfg outbox.Config
+		if len(sinkFl.sinks) > 0 {
+			var closeSinks func()
+			if outboxCfg, err = sinkFl.config(logger); err != nil {
+				return usage("%v", err)
+			}
+			if sinks, closeSinks, err = sinkFl.open(ctx, logger); err != nil {
+				return usage("%v", err)
+			}
+			defer closeSinks()
+			if *relayDrain > 0 {
+				drains, err := measureDrains(ctx, st, sinkFl.specs(), sinks, outboxCfg, *relayDrain, stderr)
+				if err != nil {
+					return err
+				}
+				defer func() { printDrains(stdout, drains) }()
+			}
+			cfg.Relay, cfg.RelayStore, cfg.RelaySinks = &bench.RelayProbe{}, st, sinkNames(sinks)
+			outboxCfg.OnDelivered = cfg.Relay.OnDelivered
+		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
-			c := lapse.Config{Store: st, Sinks: []outbox.Sink{outbox.DiscardSink{}}, Logger: logger, Grace: *grace}
+			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {
@@ -464,6 +489,13 @@ func printBench(w io.Writer, res bench.Result) {
 	}
 	if res.Retries > 0 {
 		fmt.Fprintf(w, "retries       %d calls retried after a failure\n", res.Retries)
+	}
+	for _, r := range res.Relay {
+		fmt.Fprintf(w, "relay         %s: %d events (%.0f/s), lag ms p50 %.1f  p99 %.1f  max %.1f\n",
+			r.Sink, r.Events, r.PerS, r.LagMS.P50, r.LagMS.P99, r.LagMS.Max)
+	}
+	if res.RelayUndelivered > 0 {
+		fmt.Fprintf(w, "relay         %d events still undelivered at the end\n", res.RelayUndelivered)
 	}
 	switch res.Audit.Status {
 	case "ok":

@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
 	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
+	sinkFl := addSinkFlags(fs)
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -86,6 +87,15 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *sweepLag == 0 {
 		cfg.SweepLag = -1
 	}
+	if cfg.Outbox, err = sinkFl.config(logger); err != nil {
+		return usage("%v", err)
+	}
+	sinks, closeSinks, err := sinkFl.open(ctx, logger)
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer closeSinks()
+	cfg.Sinks = sinks
 	openedTimers, err := openTimers(&cfg, *timers, *redisPrefix)
 	if err != nil {
 		return err
@@ -141,7 +151,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	used := svc.Config()
 	logger.Info("lapse serving", append(started, "grace", used.Grace, "default_timeout", used.DefaultTimeout,
-		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "version", version)...)
+		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "sinks", sinkNames(sinks), "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)

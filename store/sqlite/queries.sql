@@ -226,10 +226,8 @@ WHERE seq IN (SELECT value FROM json_each(?1)) ORDER BY seq;
 -- name: delete_deliveries
 -- Params: sink, [[seq, attempts], …].
 DELETE FROM outbox_deliveries
-WHERE sink = ?1 AND EXISTS (
-    SELECT 1 FROM json_each(?2) x
-    WHERE json_extract(x.value, '$[0]') = outbox_deliveries.seq
-      AND json_extract(x.value, '$[1]') = outbox_deliveries.attempts);
+WHERE (sink, seq, attempts) IN (
+    SELECT ?1, json_extract(x.value, '$[0]'), json_extract(x.value, '$[1]') FROM json_each(?2) x);
 
 -- name: fail_delivery
 -- Params: sink, seq, attempts, now, next_at, error, refused, dead.

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/lapsehq/lapse/bench"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
+)
+
+// drainResult is one sink's drain measurement.
+type drainResult struct {
+	sink        string
+	events      int
+	perS, rawPS float64
+	rawErr      error
+}
+
+// rawPublishers measure a broker's plain publish rate (the ceiling of a
+// sink) by sink type; a sink without one reports no ceiling.
+var rawPublishers = map[string]func(ctx context.Context, spec string, n, size int) (float64, error){}
+
+// measureDrains writes orders' events with no relay running (each order
+// created then cancelled by its buyer: two events), then times one relay
+// emptying them into each sink in turn.
+func measureDrains(ctx context.Context, st store.Store, specs []string, sinks []outbox.Sink, cfg outbox.Config, orders int, stderr io.Writer) ([]drainResult, error) {
+	fmt.Fprintf(stderr, "lapse bench: relay drain: writing %d orders' events (created, cancelled)…\n", orders)
+	if _, err := st.SetStock(ctx, "relay-drain", int64(orders)); err != nil {
+		return nil, err
+	}
+	run := time.Now().UnixNano()
+	var size int
+	for i := range orders {
+		id := fmt.Sprintf("drain-%d-%d", run, i)
+		res, err := st.CreateOrder(ctx, store.CreateOrderParams{ID: id, Items: []order.Item{{SKU: "relay-drain", Qty: 1}},
+			AmountCents: 1000, Currency: "USD", Timeout: time.Hour})
+		if err != nil {
+			return nil, fmt.Errorf("relay drain: create: %w", err)
+		}
+		if _, err := st.CancelOrder(ctx, id); err != nil {
+			return nil, fmt.Errorf("relay drain: cancel: %w", err)
+		}
+		if i == 0 {
+			payload, err := core.EventPayload(res.Order)
+			if err != nil {
+				return nil, err
+			}
+			b, _, err := outbox.FormatJSON.Structured(order.Event{ID: "0198a0c0-0000-7000-8000-000000000000", Type: order.EventCreated, OrderID: id, Payload: payload, CreatedAt: time.Now()})
+			if err != nil {
+				return nil, err
+			}
+			size = len(b)
+		}
+		if (i+1)%5000 == 0 {
+			fmt.Fprintf(stderr, "lapse bench: relay drain: %d of %d orders written\n", i+1, orders)
+		}
+	}
+	var out []drainResult
+	for i, s := range sinks {
+		fmt.Fprintf(stderr, "lapse bench: relay drain: %s…\n", s.Name())
+		perS, err := bench.DrainRelay(ctx, st, s, cfg, 2*orders, 5*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		r := drainResult{sink: s.Name(), events: 2 * orders, perS: perS}
+		scheme, _, _ := strings.Cut(specs[i], "://")
+		if raw := rawPublishers[scheme]; raw != nil {
+			fmt.Fprintf(stderr, "lapse bench: relay drain: a plain publisher to the same broker…\n")
+			r.rawPS, r.rawErr = raw(ctx, specs[i], 2*orders, size)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func printDrains(w io.Writer, ds []drainResult) {
+	for _, d := range ds {
+		fmt.Fprintf(w, "relay drain   %s: %d events at %.0f/s", d.sink, d.events, d.perS)
+		switch {
+		case d.rawErr != nil:
+			fmt.Fprintf(w, " (raw publisher failed: %v)", d.rawErr)
+		case d.rawPS > 0:
+			fmt.Fprintf(w, "; a plain publisher %.0f/s: %.0f%%", d.rawPS, 100*d.perS/d.rawPS)
+		}
+		fmt.Fprintln(w)
+	}
+}
