@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/webhook"
 	"github.com/lapsehq/lapse/redact"
 )
 
@@ -106,7 +107,11 @@ func (f *sinkFlags) openOne(ctx context.Context, spec string, format outbox.Form
 	case spec == "log":
 		return outbox.LogSink{Logger: logger}, nil
 	case scheme == "https" || scheme == "http":
-		return nil, errors.New("webhook sinks are not built yet")
+		secrets, err := webhook.ReadSecrets(*f.webhookSecret.value, *f.webhookSecret.file)
+		if err != nil {
+			return nil, err
+		}
+		return webhook.New(webhook.Config{URL: spec, Secrets: secrets, Insecure: *f.webhookInsec, MaxAge: *f.webhookMaxAge, Format: format})
 	case scheme == "amqp" || scheme == "amqps":
 		return nil, errors.New("RabbitMQ sinks are not built yet")
 	case scheme == "kafka":
