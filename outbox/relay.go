@@ -167,7 +167,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for i, s := range r.Sinks {
 		wg.Go(func() { r.runSink(ctx, s, r.wakes[i]) })
 	}
-	wg.Go(func() { r.runRetention(ctx) })
+	wg.Go(func() { r.runRetention(ctx, names) })
 	if r.Metrics != nil {
 		wg.Go(func() { r.runStats(ctx) })
 	}
@@ -320,16 +320,21 @@ func (r *Relay) outcome(d store.Delivery, err error, p Policy) (store.Outcome, b
 	return o, false
 }
 
-// runRetention deletes published events past retention, 1,000 at a time.
-func (r *Relay) runRetention(ctx context.Context) {
-	if r.Retention < 0 {
-		return
-	}
+// runRetention deletes published events past retention, 1,000 at a time,
+// and registers the sinks again (a sink an operator forgot while this relay
+// still runs it comes back, for new events).
+func (r *Relay) runRetention(ctx context.Context, names []string) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(jitter(r.RetentionInterval)):
+		}
+		if err := r.Store.RegisterSinks(ctx, names); err != nil && ctx.Err() == nil {
+			r.Logger.Warn("outbox: registering sinks again failed", "err", err)
+		}
+		if r.Retention < 0 {
+			continue
 		}
 		if n, err := Prune(ctx, r.Store, r.Retention); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("outbox: retention failed; trying again later", "err", err)

@@ -45,6 +45,11 @@ type Outbox interface {
 	// before, in one short transaction, and returns how many. Callers loop
 	// while it returns limit.
 	PruneOutbox(ctx context.Context, before time.Time, limit int) (int64, error)
+	// ForgetSink unregisters a sink that no relay runs any more and deletes
+	// its deliveries, pending and dead, so its events can be pruned; it
+	// returns how many deliveries went. A relay still running it registers
+	// it again (for new events only).
+	ForgetSink(ctx context.Context, name string) (int64, error)
 	// OutboxStats reports each registered sink's backlog (metrics).
 	OutboxStats(ctx context.Context) (OutboxStats, error)
 }

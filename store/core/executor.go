@@ -162,6 +162,9 @@ type OutboxExecutor interface {
 	MarkDrained(ctx context.Context, limit int, now time.Time) (int64, error)
 	// DeleteOutbox deletes up to limit events published before before.
 	DeleteOutbox(ctx context.Context, before time.Time, limit int) (int64, error)
+	// ForgetSink deletes the sink's registration and its delivery rows and
+	// returns how many delivery rows went.
+	ForgetSink(ctx context.Context, name string) (int64, error)
 	// OutboxStats counts the backlog (Now is the caller's).
 	OutboxStats(ctx context.Context) (store.OutboxStats, error)
 }

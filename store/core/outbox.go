@@ -206,6 +206,23 @@ func (s *Store) PruneOutbox(ctx context.Context, before time.Time, limit int) (i
 	return n, nil
 }
 
+// ForgetSink implements store.Outbox.
+func (s *Store) ForgetSink(ctx context.Context, name string) (int64, error) {
+	if name == "" {
+		return 0, fmt.Errorf("forget sink: no name: %w", store.ErrInvalid)
+	}
+	var n int64
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		var err error
+		n, err = tx.ForgetSink(ctx, name)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("forget sink %s: %w", name, err)
+	}
+	return n, nil
+}
+
 // OutboxStats implements store.Outbox.
 func (s *Store) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	var out store.OutboxStats

@@ -196,3 +196,11 @@ func (e executor) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	})
 	return out, err
 }
+
+// ForgetSink implements core.Executor.
+func (e executor) ForgetSink(ctx context.Context, name string) (int64, error) {
+	if _, err := e.db.ExecContext(ctx, q.Get("forget_sink"), name); err != nil {
+		return 0, err
+	}
+	return e.affected(ctx, q.Get("forget_sink_deliveries"), name)
+}

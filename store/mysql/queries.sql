@@ -384,6 +384,12 @@ ORDER BY seq LIMIT ?;
 -- Params: published before, limit.
 DELETE FROM outbox WHERE published_at < ? ORDER BY published_at LIMIT ?;
 
+-- name: forget_sink
+DELETE FROM outbox_sinks WHERE name = ?;
+
+-- name: forget_sink_deliveries
+DELETE FROM outbox_deliveries WHERE sink = ?;
+
 -- name: outbox_unfanned
 SELECT count(*), min(created_at) FROM outbox WHERE NOT fanned_out;
 

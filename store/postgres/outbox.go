@@ -152,3 +152,12 @@ func (e executor) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	})
 	return out, interpretError(err)
 }
+
+// ForgetSink implements core.Executor.
+func (e executor) ForgetSink(ctx context.Context, name string) (int64, error) {
+	if _, err := e.exec(ctx, "forget_sink", name); err != nil {
+		return 0, err
+	}
+	tag, err := e.exec(ctx, "forget_sink_deliveries", name)
+	return tag.RowsAffected(), err
+}

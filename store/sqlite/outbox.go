@@ -157,3 +157,11 @@ func (e executor) OutboxStats(ctx context.Context) (store.OutboxStats, error) {
 	})
 	return out, err
 }
+
+// ForgetSink implements core.Executor.
+func (e executor) ForgetSink(ctx context.Context, name string) (int64, error) {
+	if _, err := e.exec(ctx, "forget_sink", name); err != nil {
+		return 0, err
+	}
+	return e.exec(ctx, "forget_sink_deliveries", name)
+}

@@ -272,6 +272,12 @@ WHERE seq IN (
 DELETE FROM outbox WHERE seq IN (
     SELECT seq FROM outbox WHERE published_at < ?1 ORDER BY published_at LIMIT ?2);
 
+-- name: forget_sink
+DELETE FROM outbox_sinks WHERE name = ?1;
+
+-- name: forget_sink_deliveries
+DELETE FROM outbox_deliveries WHERE sink = ?1;
+
 -- name: outbox_unfanned
 SELECT count(*), min(created_at) FROM outbox WHERE fanned_out = 0;
 

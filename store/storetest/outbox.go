@@ -346,6 +346,25 @@ func testOutboxDead(t *testing.T, newStore Factory) {
 	if _, err := s.RetryEvents(ctx, store.RetryEventsParams{}); err == nil {
 		t.Fatal("a retry naming nothing was accepted")
 	}
+	// A sink no relay runs any more is forgotten: its deliveries go, and
+	// new events are not fanned out to it.
+	n, err = s.ForgetSink(ctx, "hook")
+	if err != nil || n != 2 { // d1 paid, d2 paid
+		t.Fatalf("forget hook: %d (%v), want its 2 pending deliveries", n, err)
+	}
+	Create(t, s, "d3", "a")
+	if got := claim(t, s, "hook", 10); len(got) != 0 {
+		t.Fatalf("a forgotten sink claimed %v", deliveryNames(got))
+	}
+	st, err = s.OutboxStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range st.Sinks {
+		if x.Sink == "hook" {
+			t.Fatalf("a forgotten sink is still registered: %+v", st.Sinks)
+		}
+	}
 }
 
 func testOutboxRetention(t *testing.T, newStore Factory) {
