@@ -122,7 +122,10 @@ type Config struct {
 	// refused, never taken over.
 	Stream string
 	// BatchSize is the most timers handed to the handler at once, and pulled
-	// by one request. Defaults to 200; at most 1000.
+	// by one request. The consumer lets 50 × BatchSize timers be delivered
+	// and not yet acknowledged (batches in hand, failed ones waiting for
+	// their backoff) before it holds back the rest. Defaults to 200; at most
+	// 1000.
 	BatchSize int
 	// AckWait is the lease: how long a batch delivered to a consumer that
 	// died (or hangs past the end of Run) takes to be delivered again. A

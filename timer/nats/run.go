@@ -71,7 +71,9 @@ func (s *Scheduler) consume(ctx context.Context, h timer.Handler) error {
 			// The stream or the consumer may be gone: look them up again.
 			s.forget()
 			failures++
-			wait := timer.Backoff(failures)
+			// At most a second: timers fire on the server meanwhile, and
+			// wait here until the consumer is reached again.
+			wait := min(timer.Backoff(failures), time.Second)
 			if failures == 1 {
 				s.log.Error("nats timers: pulling fired timers failed; retrying", "err", err)
 			} else {
