@@ -16,6 +16,7 @@ import (
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/timer/memory"
+	natstimer "github.com/lapsehq/lapse/timer/nats"
 	"github.com/lapsehq/lapse/timer/redis"
 )
 
@@ -96,8 +97,17 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		}
 		cfg.Scheduler = s
 		opened.close, opened.ping = client.Close, s.Ping
+	case scheme == "nats":
+		// Its prefix and stream come from the URL (?prefix=&stream=), not
+		// from the Redis prefix.
+		s, err := natstimer.Open(spec, natstimer.Config{Logger: cfg.Logger})
+		if err != nil {
+			return opened, fmt.Errorf("--timers: %w", err)
+		}
+		cfg.Scheduler = s
+		opened.close, opened.ping = s.Close, s.Ping
 	default:
-		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0 or redis-cluster://h1:7000,h2:7001,…)", redact.URL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,… or nats://host:4222)", redact.URL(spec))
 	}
 	return opened, nil
 }
