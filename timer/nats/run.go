@@ -52,10 +52,26 @@ func (s *Scheduler) Run(ctx context.Context, h timer.Handler) error {
 	return err
 }
 
-// consume pulls and delivers batches until ctx ends or a permanent error.
+// consume pulls fired timers until ctx ends or a permanent error, and
+// hands them to a dispatcher that delivers each batch at its due time: the
+// server fires timers Config.Lead early (see Lead), and pulling goes on
+// while earlier ones wait to be due.
 func (s *Scheduler) consume(ctx context.Context, h timer.Handler) error {
+	hold := newHold(s.cfg.AckWait, s.log)
+	s.held.Store(hold)
+	defer s.held.Store(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.dispatch(ctx, hold, h) })
+	wg.Go(func() { hold.keepLeases(ctx) })
+	defer func() {
+		wg.Wait()
+		hold.release() // not handed over: to the next consumer, at once
+	}()
 	failures := 0
 	for ctx.Err() == nil {
+		if !hold.waitRoom(ctx, maxHeldBatches*s.cfg.BatchSize) {
+			break
+		}
 		cons, err := s.consumer(ctx)
 		var msgs []jetstream.Msg
 		if err == nil {
@@ -86,11 +102,36 @@ func (s *Scheduler) consume(ctx context.Context, h timer.Handler) error {
 			s.log.Info("nats timers: pulling fired timers works again", "failures", failures)
 			failures = 0
 		}
-		if len(msgs) > 0 {
-			s.deliver(ctx, msgs, h)
+		for _, m := range msgs {
+			t, err := s.decode(m)
+			if err != nil {
+				// Not a timer this scheduler wrote: delivering it again would
+				// not make it one.
+				s.log.Error("nats timers: dropping a malformed message on the timer subjects", "subject", m.Subject(), "err", err)
+				if err := m.Term(); err != nil {
+					s.log.Warn("nats timers: terminate a malformed message failed", "subject", m.Subject(), "err", err)
+				}
+				continue
+			}
+			hold.add(m, t, s.cfg.Lead)
 		}
 	}
 	return ctx.Err()
+}
+
+// maxHeldBatches bounds the timers one instance holds waiting for their due
+// time, in batches: the rest stay with the server for the other instances.
+const maxHeldBatches = 10
+
+// dispatch hands the held timers to h, in batches, once they are due.
+func (s *Scheduler) dispatch(ctx context.Context, hold *hold, h timer.Handler) {
+	for {
+		msgs, timers := hold.next(ctx, s.cfg.BatchSize)
+		if len(msgs) == 0 {
+			return
+		}
+		s.deliver(ctx, msgs, timers, h)
+	}
 }
 
 // pull returns the next batch: what is there now, up to BatchSize, or else
@@ -145,29 +186,10 @@ func (s *Scheduler) pullNoWait(cons jetstream.Consumer, n int) ([]jetstream.Msg,
 	return msgs, nil
 }
 
-// deliver hands the timers of msgs to h in one call, keeping their lease
+// deliver hands timers (of msgs) to h in one call, keeping their lease
 // while h runs, then acknowledges them all or requeues each after its
 // backoff.
-func (s *Scheduler) deliver(ctx context.Context, msgs []jetstream.Msg, h timer.Handler) {
-	timers := make([]timer.Timer, 0, len(msgs))
-	held := make([]jetstream.Msg, 0, len(msgs))
-	for _, m := range msgs {
-		t, err := s.decode(m)
-		if err != nil {
-			// Not a timer this scheduler wrote: delivering it again would
-			// not make it one.
-			s.log.Error("nats timers: dropping a malformed message on the timer subjects", "subject", m.Subject(), "err", err)
-			if err := m.Term(); err != nil {
-				s.log.Warn("nats timers: terminate a malformed message failed", "subject", m.Subject(), "err", err)
-			}
-			continue
-		}
-		timers = append(timers, t)
-		held = append(held, m)
-	}
-	if len(timers) == 0 {
-		return
-	}
+func (s *Scheduler) deliver(ctx context.Context, held []jetstream.Msg, timers []timer.Timer, h timer.Handler) {
 	stop := s.keepLease(ctx, held)
 	err := h(context.WithoutCancel(ctx), timers)
 	stop()

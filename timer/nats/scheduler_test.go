@@ -63,7 +63,8 @@ func TestLateness(t *testing.T) {
 		}
 	}
 
-	// The schedule as stored: "@at" with milliseconds, rounded up.
+	// The schedule as stored: "@at" with milliseconds, rounded up, Lead
+	// before the due time (the process holds the timer until it is due).
 	st := stream(t, prefix)
 	for _, key := range []string{"late-001", "late-077", "exact"} {
 		m, err := st.GetLastMsgForSubject(ctx, schedSubject(prefix, key))
@@ -71,8 +72,9 @@ func TestLateness(t *testing.T) {
 			t.Fatalf("%s: schedule message: %v", key, err)
 		}
 		due := want[key]
-		at := due.Truncate(time.Millisecond)
-		if at.Before(due) {
+		fire := due.Add(-natstimer.DefaultLead)
+		at := fire.Truncate(time.Millisecond)
+		if at.Before(fire) {
 			at = at.Add(time.Millisecond)
 		}
 		if got, wantHdr := m.Header.Get("Nats-Schedule"), "@at "+at.UTC().Format("2006-01-02T15:04:05.000Z"); got != wantHdr {
