@@ -37,8 +37,9 @@ func (c *Conn) Consume(ctx context.Context, queue string, prefetch int, handle H
 		if err != nil {
 			return err
 		}
-		ch, deliveries, err := subscribe(conn, queue, prefetch)
+		ch, deliveries, err := c.subscribe(conn, queue, prefetch)
 		if err != nil {
+			c.noteMissing(err)
 			attempt++
 			wait := c.backoff(attempt)
 			c.log.Warn("rabbitmq: subscribe failed; retrying", "url", c.shown, "queue", queue, "retry_in", wait, "err", err)
@@ -72,7 +73,10 @@ func (c *Conn) Consume(ctx context.Context, queue string, prefetch int, handle H
 
 // subscribe opens a channel on conn with the prefetch limit and consumes
 // queue on it.
-func subscribe(conn *amqp.Connection, queue string, prefetch int) (*amqp.Channel, <-chan amqp.Delivery, error) {
+func (c *Conn) subscribe(conn *amqp.Connection, queue string, prefetch int) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	if err := c.redeclare(conn); err != nil {
+		return nil, nil, err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("open a channel: %w", err)

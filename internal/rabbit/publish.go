@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -167,14 +168,19 @@ func (c *Conn) idleOrNew(ctx context.Context) (*pubChannel, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Opening takes two round trips (channel.open, confirm.select), which
-	// amqp091 does not bound by ctx.
+	// Opening takes two round trips (channel.open, confirm.select), and
+	// the Topology more when it is stale, which amqp091 does not bound by
+	// ctx.
 	type opened struct {
 		p   *pubChannel
 		err error
 	}
 	res := make(chan opened, 1)
 	go func() {
+		if err := c.redeclare(conn); err != nil {
+			res <- opened{nil, fmt.Errorf("rabbit: %w", err)}
+			return
+		}
 		p, err := openPubChannel(conn)
 		res <- opened{p, err}
 	}()
@@ -300,17 +306,21 @@ func (p *pubChannel) returns() map[string]amqp.Return {
 	}
 }
 
-// lost is why the channel closed: ErrUnconfirmed, wrapping the broker's
-// or the library's reason when there is one.
+// lost is why the channel, which is closed, closed: ErrUnconfirmed,
+// wrapping the broker's or the library's reason when there is one.
 func (p *pubChannel) lost() error {
 	if p.reason == nil {
 		p.reason = ErrUnconfirmed
+		// amqp091 marks the channel closed, then sends the reason, then
+		// closes p.closes: the wait is short.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
 		select {
 		case e, ok := <-p.closes:
 			if ok && e != nil {
 				p.reason = fmt.Errorf("%w: %w", ErrUnconfirmed, e)
 			}
-		default:
+		case <-t.C:
 		}
 	}
 	return p.reason
@@ -337,7 +347,9 @@ func (p *pubChannel) send(ctx context.Context, msgs []Message, todo []int) sent 
 				continue
 			case ctx.Err() != nil:
 				failed = ctx.Err()
-			default: // the headers were valid: the channel or connection is gone
+			case p.ch.IsClosed():
+				failed = p.lost()
+			default: // the headers were valid: the connection is gone
 				failed = fmt.Errorf("%w: %w", ErrUnconfirmed, err)
 			}
 		}
@@ -407,7 +419,9 @@ func (c *Conn) publish(ctx context.Context, p *pubChannel, msgs []Message, todo 
 		case !dc.Acked() && p.ch.IsClosed():
 			// amqp091 nacks what is unconfirmed when the channel closes,
 			// after marking it closed.
-			errs[i] = fmt.Errorf("rabbit: message %s: %w", id, p.lost())
+			lost := p.lost()
+			c.noteMissing(lost)
+			errs[i] = fmt.Errorf("rabbit: message %s: %w", id, lost)
 		case !dc.Acked():
 			errs[i] = fmt.Errorf("rabbit: message %s: %w", id, ErrNacked)
 		case ok:

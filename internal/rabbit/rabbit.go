@@ -11,7 +11,10 @@
 // connection closes — the broker restarts, the network drops it, a heartbeat
 // times out — the Conn connects again by itself, waiting between attempts
 // from Config.MinBackoff doubling up to Config.MaxBackoff with jitter, and
-// runs Topology again before anything uses the new connection. While it is
+// runs Topology again before anything uses the new connection. When the
+// broker says a channel used a missing exchange or queue (404 NOT_FOUND:
+// someone deleted it), Topology runs again before the next channel is
+// opened, so that the Conn heals without a reconnect. While it is
 // disconnected Publish fails at once (ErrNotConnected) rather than waiting,
 // so that a caller with retries of its own (the outbox relay) backs off and
 // reports the outage; Ping and Connected tell a readiness check. The URL's
@@ -63,6 +66,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -161,6 +165,12 @@ type Conn struct {
 	closed  bool
 	idle    []*pubChannel // publishing channels not in use
 
+	// stale: the broker said an exchange or queue is missing (404 on a
+	// channel), so the Topology is declared again before the next channel
+	// is used: someone deleted what it declares, and the connection alone
+	// would never bring it back.
+	stale atomic.Bool
+
 	pool chan struct{} // a token per publishing channel in use
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -249,6 +259,28 @@ func (c *Conn) declare(conn *amqp.Connection) error {
 	if err := c.cfg.Topology(ch); err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
+	return nil
+}
+
+// noteMissing marks the Topology stale when err is the broker's 404
+// NOT_FOUND (a channel used a missing exchange or queue).
+func (c *Conn) noteMissing(err error) {
+	var ae *amqp.Error
+	if c.cfg.Topology != nil && errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		c.stale.Store(true)
+	}
+}
+
+// redeclare declares the Topology on conn again if it is stale.
+func (c *Conn) redeclare(conn *amqp.Connection) error {
+	if !c.stale.CompareAndSwap(true, false) {
+		return nil
+	}
+	if err := c.declare(conn); err != nil {
+		c.stale.Store(true)
+		return err
+	}
+	c.log.Info("rabbitmq: declared the topology again after the broker said part of it was missing", "url", c.shown)
 	return nil
 }
 

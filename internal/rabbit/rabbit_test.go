@@ -518,3 +518,78 @@ func Example() {
 	// No queue is bound to the exchange: the broker returns the message.
 	fmt.Println(errors.Is(errs[0], rabbit.ErrReturned))
 }
+
+func TestTopologyDeclaredAgainWhenTheBrokerLostPartOfIt(t *testing.T) {
+	admin := rabbittest.Admin(t)
+	ex, q := rabbittest.Name("x"), rabbittest.Name("q")
+	rabbittest.DeleteExchangeAtEnd(t, admin, ex)
+	t.Cleanup(func() {
+		if ch, err := admin.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	})
+	c := dial(t, rabbittest.URL(t), rabbit.Config{Topology: func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(ex, amqp.ExchangeTopic, false, false, false, false, nil); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			return err
+		}
+		return ch.QueueBind(q, "#", ex, false, nil)
+	}})
+	ch := rabbittest.Channel(t, admin)
+
+	t.Run("an exchange deleted under a publisher", func(t *testing.T) {
+		mustPublish(t, c, messages(ex, "k", 1))
+		if err := ch.ExchangeDelete(ex, false, false); err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range publish(t, c, messages(ex, "k", 3)) {
+			var ae *amqp.Error
+			if !errors.Is(err, rabbit.ErrUnconfirmed) || !errors.As(err, &ae) || ae.Code != amqp.NotFound || rabbit.IsRefusal(err) {
+				t.Errorf("message %d to a deleted exchange: %v, want ErrUnconfirmed with 404 NOT_FOUND", i, err)
+			}
+		}
+		mustPublish(t, c, messages(ex, "k", 3)) // declared and bound again
+	})
+
+	t.Run("a queue deleted under a consumer", func(t *testing.T) {
+		got := make(chan string, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			_ = c.Consume(ctx, q, 10, func(_ context.Context, d amqp.Delivery) {
+				_ = d.Ack(false)
+				got <- d.MessageId
+			})
+		}()
+		consumed := func(id string) {
+			t.Helper()
+			for {
+				select {
+				case got := <-got:
+					if got == id {
+						return
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("message %s not consumed", id)
+				}
+			}
+		}
+		first := messages("", q, 1)
+		mustPublish(t, c, first)
+		consumed(first[0].Publishing.MessageId)
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		// Publishing to the queue by name is returned until the consumer,
+		// cancelled by the broker, has declared the queue again.
+		var last []rabbit.Message
+		rabbittest.Eventually(t, 10*time.Second, func() bool {
+			last = messages("", q, 1)
+			return publish(t, c, last)[0] == nil
+		}, func() string { return "the queue was not declared again" })
+		consumed(last[0].Publishing.MessageId) // it subscribed again
+	})
+}
