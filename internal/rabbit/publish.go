@@ -386,19 +386,17 @@ func (c *Conn) publish(ctx context.Context, p *pubChannel, msgs []Message, todo 
 		return
 	}
 
-	abandoned := false
+	abandoned := false // ctx ended with confirms outstanding
+wait:
 	for _, i := range todo {
-		dc := s.confirms[i]
-		if dc == nil {
-			continue
+		if dc := s.confirms[i]; dc != nil {
+			select {
+			case <-dc.Done():
+			case <-ctx.Done():
+				abandoned = true
+				break wait
+			}
 		}
-		select {
-		case <-dc.Done():
-			continue
-		case <-ctx.Done():
-		}
-		abandoned = true
-		break
 	}
 
 	returned := p.returns()

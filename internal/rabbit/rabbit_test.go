@@ -260,6 +260,36 @@ func TestPublishReturnsWhenContextEnds(t *testing.T) {
 	rec.WaitIDs(t, ids(msgs))
 }
 
+func TestPublishReturnsWhenContextEndsDuringABlockedWrite(t *testing.T) {
+	admin := rabbittest.Admin(t)
+	ex := rabbittest.Exchange(t, admin, amqp.ExchangeTopic)
+	rabbittest.Queue(t, admin, nil, ex, "#")
+	proxy := rabbittest.NewProxy(t, rabbittest.URL(t))
+	c := dial(t, proxy.URL, rabbit.Config{PublishChannels: 1})
+	mustPublish(t, c, messages(ex, "k", 1)) // the channel, opened at full speed
+
+	// 8 MB at 1 KB/s: the writes block, as they do when the broker blocks
+	// publishers during a resource alarm.
+	proxy.Throttle(t, 1)
+	msgs := messages(ex, "k", 128)
+	for i := range msgs {
+		msgs[i].Publishing.Body = make([]byte, 64<<10)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	errs := c.Publish(ctx, msgs)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Publish returned %s after its context ended", took-300*time.Millisecond)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("message %d: %v, want context.DeadlineExceeded", i, err)
+		}
+	}
+	proxy.Cut() // ends the blocked write, so that Close need not wait for it
+}
+
 func TestConnectionCutMidBatch(t *testing.T) {
 	admin := rabbittest.Admin(t)
 	ex := rabbittest.Exchange(t, admin, amqp.ExchangeTopic)

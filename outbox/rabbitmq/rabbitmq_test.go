@@ -228,3 +228,28 @@ func mustPublish(t *testing.T, sink outbox.Sink, evs []order.Event) {
 		}
 	}
 }
+
+func TestRawPublishRate(t *testing.T) {
+	admin := rabbittest.Admin(t)
+	exchange := rabbittest.Name("raw")
+	rabbittest.DeleteExchangeAtEnd(t, admin, exchange)
+	u := withExchange(rabbittest.URL(t), exchange)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// RawPublishRate declares the exchange; nothing is bound to it yet.
+	if _, err := rabbitmq.RawPublishRate(ctx, u, 10, 100); err == nil || !strings.Contains(err.Error(), "bind a queue") {
+		t.Errorf("RawPublishRate with no queue bound: %v, want an error saying to bind one", err)
+	}
+	rec := rabbittest.Record(t, admin, rabbittest.Queue(t, admin, nil, exchange, "#"))
+	rate, err := rabbitmq.RawPublishRate(ctx, u, 1200, 200)
+	if err != nil || rate <= 0 {
+		t.Fatalf("RawPublishRate = %v, %v; want a rate", rate, err)
+	}
+	rabbittest.Eventually(t, 10*time.Second, func() bool { return len(rec.Deliveries()) == 1200 },
+		func() string { return fmt.Sprintf("%d of 1200 messages arrived", len(rec.Deliveries())) })
+	if d := rec.Deliveries()[0]; len(d.Body) != 200 || d.RoutingKey != rabbitmq.RawRoutingKey || d.DeliveryMode != amqp.Persistent {
+		t.Errorf("a message of %d bytes, routing key %q, delivery mode %d; want 200, %s, persistent", len(d.Body), d.RoutingKey, d.DeliveryMode, rabbitmq.RawRoutingKey)
+	}
+	t.Logf("raw publish rate: %.0f messages/s", rate)
+}
