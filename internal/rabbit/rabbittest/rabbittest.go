@@ -2,7 +2,7 @@
 // they run against, exchanges and queues of their own, a proxy that cuts
 // connections, and a consumer that records what arrived.
 //
-// The broker is the one LAPSE_TEST_RABBITMQ names; when the variable is
+// The broker is the one LAPSE_TEST_AMQP names; when the variable is
 // unset the tests use the local one (amqp://guest:guest@127.0.0.1:5672/),
 // and when it is set empty they are skipped, like lapse's other integration
 // suites.
@@ -26,7 +26,7 @@ import (
 )
 
 // Env names the broker's URL.
-const Env = "LAPSE_TEST_RABBITMQ"
+const Env = "LAPSE_TEST_AMQP"
 
 // DefaultURL is the broker when Env is unset.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
