@@ -8,7 +8,9 @@ LAPSE_TEST_REDIS    ?= redis://127.0.0.1:6379/0
 # The Redis Cluster suite needs a cluster: `bash scripts/redis-cluster.sh start /tmp/lapse-redis-cluster`
 # (what .ci/run does), then LAPSE_TEST_REDIS_CLUSTER=redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 LAPSE_TEST_REDIS_CLUSTER ?=
-export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CLUSTER
+LAPSE_TEST_AMQP     ?= amqp://guest:guest@127.0.0.1:5672/
+LAPSE_TEST_NATS     ?= nats://127.0.0.1:4222
+export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CLUSTER LAPSE_TEST_AMQP LAPSE_TEST_NATS
 
 GOTESTFLAGS ?=
 
@@ -20,7 +22,7 @@ test:
 
 ## test-unit: only what needs no server (SQLite and in-process timers)
 test-unit:
-	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= go test -race -count=1 $(GOTESTFLAGS) ./...
+	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= LAPSE_TEST_AMQP= LAPSE_TEST_NATS= go test -race -count=1 $(GOTESTFLAGS) ./...
 
 build:
 	go build -o bin/lapse ./cmd/lapse

@@ -82,7 +82,7 @@ func (f Format) Binary(e order.Event, prefix string) (body []byte, contentType s
 		return nil, "", nil, err
 	}
 	headers = map[string]string{}
-	for _, a := range spec.WithPrefix(prefix).Version(ce.SpecVersion()).Attributes() {
+	for _, a := range spec.New().Version(ce.SpecVersion()).Attributes() {
 		if a.Kind() == spec.DataContentType {
 			continue // the transport's own content type carries it
 		}
@@ -94,7 +94,9 @@ func (f Format) Binary(e order.Event, prefix string) (body []byte, contentType s
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("encode event %s attribute %s: %w", e.ID, a.Name(), err)
 		}
-		headers[a.PrefixedName()] = s
+		// The SDK lowercases prefixes ("cloudEvents:" → "cloudevents:");
+		// AMQP header names are case-sensitive, so the name is built here.
+		headers[prefix+a.Name()] = s
 	}
 	return e.Payload, "application/json", headers, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/outbox/webhook"
 	"github.com/lapsehq/lapse/redact"
 )
@@ -113,7 +114,7 @@ func (f *sinkFlags) openOne(ctx context.Context, spec string, format outbox.Form
 		}
 		return webhook.New(webhook.Config{URL: spec, Secrets: secrets, Insecure: *f.webhookInsec, MaxAge: *f.webhookMaxAge, Format: format})
 	case scheme == "amqp" || scheme == "amqps":
-		return nil, errors.New("RabbitMQ sinks are not built yet")
+		return rabbitmq.New(ctx, spec, format, logger)
 	case scheme == "kafka":
 		return nil, errors.New("Kafka sinks are not built yet")
 	case scheme == "nats":
