@@ -58,6 +58,10 @@ type Config struct {
 	Linger time.Duration
 	// BatchSize is the most events claimed at once per sink. Defaults to 500.
 	BatchSize int
+	// Workers is how many batches per sink an instance has in flight at
+	// once: while one is being published, another is claimed or settled.
+	// Defaults to 3.
+	Workers int
 	// Lease is how long a claim holds its events. A batch is published
 	// within 4/5 of it, or its unconfirmed events are failed and retried.
 	// Defaults to 30 s.
@@ -91,6 +95,9 @@ func (r *Relay) setDefaults() {
 	}
 	if r.BatchSize <= 0 {
 		r.BatchSize = 500
+	}
+	if r.Workers <= 0 {
+		r.Workers = 3
 	}
 	if r.Lease <= 0 {
 		r.Lease = 30 * time.Second
@@ -165,7 +172,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for i, s := range r.Sinks {
-		wg.Go(func() { r.runSink(ctx, s, r.wakes[i]) })
+		for range r.Workers {
+			wg.Go(func() { r.runSink(ctx, s, r.wakes[i]) })
+		}
 	}
 	wg.Go(func() { r.runRetention(ctx, names) })
 	if r.Metrics != nil {

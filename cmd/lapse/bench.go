@@ -282,6 +282,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if outboxCfg, err = sinkFl.config(logger); err != nil {
 				return usage("%v", err)
 			}
+			removeQueues, err := benchQueues(ctx, sinkFl.specs())
+			if err != nil {
+				return err
+			}
+			defer removeQueues()
 			if sinks, closeSinks, err = sinkFl.open(ctx, logger); err != nil {
 				return usage("%v", err)
 			}

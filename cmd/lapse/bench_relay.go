@@ -10,6 +10,7 @@ import (
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
 )
@@ -24,7 +25,34 @@ type drainResult struct {
 
 // rawPublishers measure a broker's plain publish rate (the ceiling of a
 // sink) by sink type; a sink without one reports no ceiling.
-var rawPublishers = map[string]func(ctx context.Context, spec string, n, size int) (float64, error){}
+var rawPublishers = map[string]func(ctx context.Context, spec string, n, size int) (float64, error){
+	"amqp":  rabbitmq.RawPublishRate,
+	"amqps": rabbitmq.RawPublishRate,
+}
+
+// benchQueues binds a queue of the run's own to every RabbitMQ sink's
+// exchange, so the run's events are routed (an unroutable event is a
+// refusal); remove deletes them.
+func benchQueues(ctx context.Context, specs []string) (remove func(), err error) {
+	var removers []func() error
+	remove = func() {
+		for _, r := range removers {
+			_ = r()
+		}
+	}
+	for _, spec := range specs {
+		if !strings.HasPrefix(spec, "amqp://") && !strings.HasPrefix(spec, "amqps://") {
+			continue
+		}
+		r, err := rabbitmq.BenchQueue(ctx, spec)
+		if err != nil {
+			remove()
+			return nil, err
+		}
+		removers = append(removers, r)
+	}
+	return remove, nil
+}
 
 // measureDrains writes orders' events with no relay running (each order
 // created then cancelled by its buyer: two events), then times one relay

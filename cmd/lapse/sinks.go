@@ -38,6 +38,7 @@ type sinkFlags struct {
 	retention     *time.Duration
 	outboxLease   *time.Duration
 	outboxBatch   *int
+	outboxWorkers *int
 }
 
 func addSinkFlags(fs *flagSet) *sinkFlags {
@@ -51,6 +52,7 @@ func addSinkFlags(fs *flagSet) *sinkFlags {
 	f.retention = fs.Duration("outbox-retention", 7*24*time.Hour, span{zero: "keep forever"}, "how long events published to every sink are kept before they are deleted")
 	f.outboxLease = fs.Duration("outbox-lease", 30*time.Second, span{min: time.Second}, "how long a relay's claim on a batch of events lasts; a relay that dies holding one delays those events by this much")
 	f.outboxBatch = fs.Int("outbox-batch", 500, "the most events a relay claims at once per sink (1 to 10000)")
+	f.outboxWorkers = fs.Int("outbox-workers", 3, "batches per sink one instance has in flight at once (1 to 64): one is claimed or settled while another is published")
 	return f
 }
 
@@ -59,7 +61,10 @@ func (f *sinkFlags) config(logger *slog.Logger) (outbox.Config, error) {
 	if *f.outboxBatch < 1 || *f.outboxBatch > 10000 {
 		return outbox.Config{}, fmt.Errorf("--outbox-batch %d: want 1 to 10000", *f.outboxBatch)
 	}
-	c := outbox.Config{Logger: logger, Lease: *f.outboxLease, BatchSize: *f.outboxBatch, Retention: *f.retention}
+	if *f.outboxWorkers < 1 || *f.outboxWorkers > 64 {
+		return outbox.Config{}, fmt.Errorf("--outbox-workers %d: want 1 to 64", *f.outboxWorkers)
+	}
+	c := outbox.Config{Logger: logger, Lease: *f.outboxLease, BatchSize: *f.outboxBatch, Workers: *f.outboxWorkers, Retention: *f.retention}
 	if *f.retention == 0 {
 		c.Retention = -1 // keep forever
 	}

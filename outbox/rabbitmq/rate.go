@@ -95,3 +95,40 @@ func RawPublishRate(ctx context.Context, rawURL string, n, size int) (float64, e
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
+
+// BenchQueue declares a queue of the benchmark's own bound with # to the
+// exchange of rawURL, so that a benchmark's events (and RawPublishRate's
+// messages) are routed, as they would be in production, rather than
+// returned. The queue expires ten minutes after its last use in any case;
+// remove deletes it at once.
+func BenchQueue(ctx context.Context, rawURL string) (remove func() error, err error) {
+	dialURL, exchange, name, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := amqp.Dial(dialURL)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq bench queue on %s: connect: %w", name, err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil)
+	}
+	queue := "lapse.bench." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err == nil {
+		_, err = ch.QueueDeclare(queue, false, false, false, false, amqp.Table{"x-expires": int32(10 * time.Minute / time.Millisecond)})
+	}
+	if err == nil {
+		err = ch.QueueBind(queue, "#", exchange, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("rabbitmq bench queue on %s: %w", name, err)
+	}
+	_ = ctx
+	return func() error {
+		defer conn.Close()
+		_, err := ch.QueueDelete(queue, false, false, false)
+		return err
+	}, nil
+}
