@@ -21,6 +21,10 @@ var errUsage = errors.New("usage")
 type flagSet struct {
 	*flag.FlagSet
 	spans map[string]span
+	// args, when set, lets the command take arguments after its flags and
+	// names them in its usage line ("ID…"); parseFlags leaves them in
+	// Args. Unset, as for most commands, any argument is refused.
+	args string
 }
 
 // span is the range of a duration flag: never negative; 0 only where it
@@ -77,7 +81,11 @@ func (fs *flagSet) Duration(name string, value time.Duration, s span, usage stri
 // from LAPSE_<NAME> if set, then checks every duration flag against its span.
 func parseFlags(fs *flagSet, args []string) error {
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s (each flag also reads LAPSE_<NAME>):\n", fs.Name())
+		usage := fs.Name()
+		if fs.args != "" {
+			usage += " [flags] " + fs.args
+		}
+		fmt.Fprintf(fs.Output(), "Usage of %s (each flag also reads LAPSE_<NAME>):\n", usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -86,9 +94,19 @@ func parseFlags(fs *flagSet, args []string) error {
 		}
 		return errUsage
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && fs.args == "" {
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return errUsage
+	}
+	// Parsing stops at the first argument, so a flag written after one
+	// would silently become an argument itself (`retry ID --sink hook`
+	// retrying for every sink): refused, since no argument starts with a
+	// dash.
+	for _, a := range fs.Args() {
+		if strings.HasPrefix(a, "-") {
+			fmt.Fprintf(fs.Output(), "%s: %q after the arguments: flags go first\n", fs.Name(), a)
+			return errUsage
+		}
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
