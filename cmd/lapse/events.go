@@ -9,6 +9,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,9 +27,10 @@ import (
 // event waits in the store, one delivery per sink, until its sink takes it;
 // one a sink refused for good is dead for that sink, and the later events of
 // its order wait behind it (package outbox). list shows what waits, retry
-// sends dead ones again, purge gives up on them. The subcommands work on
-// the store directly, running lapse or not (the API has list and retry too:
-// GET /v1/events, POST /v1/events/retry).
+// sends dead ones again, purge gives up on them, forget-sink gives up on a
+// sink no instance runs any more. The subcommands work on the store
+// directly, running lapse or not (the API has list and retry too: GET
+// /v1/events, POST /v1/events/retry).
 func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		eventsUsage(stderr)
@@ -41,6 +43,8 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return runEventsRetry(ctx, args[1:], stdout, stderr)
 	case "purge":
 		return runEventsPurge(ctx, args[1:], stdout, stderr)
+	case "forget-sink":
+		return runEventsForgetSink(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		eventsUsage(stderr)
 		return flag.ErrHelp
@@ -65,8 +69,11 @@ Subcommands:
   purge  --dead --before (TIME | DURATION) [--sink NAME]
          delete dead events that died before TIME, or more than DURATION ago (72h);
          the later events of their order then go out
+  forget-sink NAME
+         unregister a sink no instance runs any more, deleting its undelivered events
 
-Each takes --store URL (LAPSE_STORE), like the other commands.
+Each takes --store URL (LAPSE_STORE), like the other commands. --sink NAME is one
+sink's name as list shows it, and is not read from LAPSE_SINK (lapse serve's sinks).
 `)
 }
 
@@ -74,7 +81,7 @@ func runEventsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("events list", stderr)
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
 	dead := fs.Bool("dead", false, "only dead events (a sink refused them for good)")
-	sink := fs.String("sink", "", "only this sink's deliveries")
+	sink := addSinkFilter(fs, "only this sink's deliveries")
 	limit := fs.Int("limit", lapse.DefaultEventsLimit, "most deliveries listed (a page ends after a whole event)")
 	after := fs.Int64("after", 0, "list the events after this seq: the cursor the previous page printed")
 	asJSON := fs.Bool("json", false, "one JSON object per line (GET /v1/events's shape) instead of a table")
@@ -184,7 +191,7 @@ func runEventsRetry(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.args = "[ID…]"
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
 	dead := fs.Bool("dead", false, "retry every dead event, instead of naming event ids (one of the two is required)")
-	sink := fs.String("sink", "", "only this sink's deliveries")
+	sink := addSinkFilter(fs, "only this sink's dead events")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -218,7 +225,7 @@ func runEventsPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
 	dead := fs.Bool("dead", false, "required: purge deletes dead events only, and says so")
 	before := fs.String("before", "", "delete the dead events that died before this RFC 3339 time (or date), or more than this duration ago (72h)")
-	sink := fs.String("sink", "", "only this sink's dead events")
+	sink := addSinkFilter(fs, "only this sink's dead events")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -248,6 +255,54 @@ func runEventsPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
+func runEventsForgetSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("events forget-sink", stderr)
+	fs.args = "NAME"
+	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "lapse events forget-sink: name one sink, as lapse events list shows it")
+		return errUsage
+	}
+	name := fs.Arg(0)
+	st, err := openEventsStore(ctx, *storeURL, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// A typo must not pass for a sink forgotten: the name is one the store
+	// has registered.
+	stats, err := st.OutboxStats(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", redact.URL(*storeURL), err)
+	}
+	var names []string
+	for _, s := range stats.Sinks {
+		names = append(names, s.Sink)
+	}
+	if !slices.Contains(names, name) {
+		return fmt.Errorf("no sink %q is registered (registered: %s)", name, strings.Join(names, ", "))
+	}
+	n, err := st.ForgetSink(ctx, name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", redact.URL(*storeURL), err)
+	}
+	fmt.Fprintf(stdout, "forgot sink %s and its %d undelivered %s\n", name, n, plural(n, "event", "events"))
+	fmt.Fprintln(stderr, "an instance still running this sink registers it again within a minute, for new events only")
+	return nil
+}
+
+// addSinkFilter defines --sink, the one sink a subcommand is narrowed to,
+// read from the command line only: LAPSE_SINK is lapse serve's list of
+// sinks (see flagSet.commandLineOnly).
+func addSinkFilter(fs *flagSet, usage string) *string {
+	sink := fs.String("sink", "", usage)
+	fs.commandLineOnly("sink")
+	return sink
+}
+
 // parseBefore reads purge's --before: a duration d is "dead for longer than
 // d", so the time d before now; otherwise an RFC 3339 time or a date.
 func parseBefore(s string, now time.Time) (time.Time, error) {
@@ -267,10 +322,14 @@ func parseBefore(s string, now time.Time) (time.Time, error) {
 // deadDeliveries counts n dead deliveries: an event dead for two sinks is
 // two.
 func deadDeliveries(n int64) string {
+	return plural(n, "dead delivery", "dead deliveries")
+}
+
+func plural(n int64, one, more string) string {
 	if n == 1 {
-		return "dead delivery"
+		return one
 	}
-	return "dead deliveries"
+	return more
 }
 
 func forSink(sink string) string {

@@ -28,10 +28,17 @@ import (
 // still running after a minute is killed and fails the test.
 func eventsCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return eventsCmdEnv(t, nil, args...)
+}
+
+// eventsCmdEnv is eventsCmd with env added to the environment.
+func eventsCmdEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -281,6 +288,14 @@ func eventsList(t *testing.T, url string) {
 		t.Errorf("paging walked %v\nwant %v", walked, want)
 	}
 
+	// The store comes from LAPSE_STORE like every flag's variable, but
+	// --sink never from LAPSE_SINK: that is lapse serve's list of sinks, and
+	// read as a filter it would hide every dead letter.
+	out, stderr, code = eventsCmdEnv(t, []string{"LAPSE_STORE=" + url, "LAPSE_SINK=https://hooks.example.com/lapse log", "LAPSE_DEAD=true"}, "events", "list", "--json")
+	if n := strings.Count(out, "\n"); code != 0 || n != 2*deadOrders {
+		t.Errorf("events list with LAPSE_STORE, LAPSE_SINK and LAPSE_DEAD: exit %d, %d events (want every sink's %d dead)\n%s", code, n, 2*deadOrders, stderr)
+	}
+
 	// Nothing to list: nothing on stdout, a word on stderr.
 	out, stderr, code = eventsCmd(t, "events", "list", "--store", url, "--dead", "--sink", "nope")
 	if code != 0 || out != "" || !strings.Contains(stderr, "no dead events for sink nope") {
@@ -485,5 +500,48 @@ func TestParseFlagsArguments(t *testing.T) {
 	fs = newFlagSet("x", io.Discard)
 	if err := parseFlags(fs, []string{"a"}); err != errUsage {
 		t.Fatalf("an argument to a command that takes none: %v, want errUsage", err)
+	}
+}
+
+func TestEventsForgetSinkOnSQLite(t *testing.T) {
+	t.Parallel()
+	eventsForgetSink(t, "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"))
+}
+
+func TestEventsForgetSinkOnPostgres(t *testing.T) {
+	t.Parallel()
+	eventsForgetSink(t, postgresURL(t))
+}
+
+func eventsForgetSink(t *testing.T, url string) {
+	d := newDeadLetters(t, url)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "name one sink"},
+		{[]string{"hook", "mq"}, 2, "name one sink"},
+		{[]string{"hook", "--store", url}, 2, `"--store" after the arguments`},
+		{[]string{"hoo"}, 1, `no sink "hoo" is registered (registered: hook, mq)`},
+	} {
+		out, stderr, code := eventsCmd(t, append([]string{"events", "forget-sink", "--store", url}, c.args...)...)
+		if code != c.code || out != "" || !strings.Contains(stderr, c.want) {
+			t.Errorf("forget-sink %v: exit %d, stdout %q, stderr %q; want exit %d and %q", c.args, code, out, stderr, c.code, c.want)
+		}
+	}
+	// mq: its 5 dead events and dl-00's order.cancelled behind one.
+	out, stderr, code := eventsCmd(t, "events", "forget-sink", "--store", url, "mq")
+	if code != 0 || out != "forgot sink mq and its 6 undelivered events\n" || !strings.Contains(stderr, "registers it again") {
+		t.Fatalf("forget-sink mq: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if left, _ := d.listJSON(t, "--sink", "mq"); len(left) != 0 {
+		t.Fatalf("mq still has %d undelivered events", len(left))
+	}
+	if left, _ := d.listJSON(t, "--dead"); len(left) != deadOrders || left[0]["sink"] != "hook" {
+		t.Fatalf("forgetting mq touched hook: %d dead left, want hook's %d", len(left), deadOrders)
+	}
+	if ds := d.claim(t, "mq"); len(ds) != 0 {
+		t.Fatalf("mq claimed %d events after it was forgotten", len(ds))
 	}
 }

@@ -25,6 +25,9 @@ type flagSet struct {
 	// names them in its usage line ("ID…"); parseFlags leaves them in
 	// Args. Unset, as for most commands, any argument is refused.
 	args string
+	// cmdLineOnly are the flags not read from the environment (see
+	// commandLineOnly).
+	cmdLineOnly map[string]bool
 }
 
 // span is the range of a duration flag: never negative; 0 only where it
@@ -67,7 +70,19 @@ func (s span) check(d time.Duration, set bool) string {
 func newFlagSet(name string, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet("lapse "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return &flagSet{FlagSet: fs, spans: map[string]span{}}
+	return &flagSet{FlagSet: fs, spans: map[string]span{}, cmdLineOnly: map[string]bool{}}
+}
+
+// commandLineOnly exempts the flag name, already defined, from LAPSE_<NAME>:
+// for a flag whose variable another command reads with another meaning,
+// which an operator's environment may well hold. lapse events --sink is one
+// sink's name, LAPSE_SINK lapse serve's list of sink URLs: read from the
+// environment it would narrow every listing to a sink that does not exist,
+// and the dead letters would look gone.
+func (fs *flagSet) commandLineOnly(name string) {
+	fs.cmdLineOnly[name] = true
+	f := fs.Lookup(name)
+	f.Usage += " (command line only: " + envName(name) + " is not read)"
 }
 
 // Duration defines a duration flag that accepts the values s allows. It
@@ -85,7 +100,11 @@ func parseFlags(fs *flagSet, args []string) error {
 		if fs.args != "" {
 			usage += " [flags] " + fs.args
 		}
-		fmt.Fprintf(fs.Output(), "Usage of %s (each flag also reads LAPSE_<NAME>):\n", usage)
+		env := "each flag also reads LAPSE_<NAME>"
+		if len(fs.cmdLineOnly) > 0 {
+			env = "each flag not marked command line only also reads LAPSE_<NAME>"
+		}
+		fmt.Fprintf(fs.Output(), "Usage of %s (%s):\n", usage, env)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -113,7 +132,7 @@ func parseFlags(fs *flagSet, args []string) error {
 	fromEnv := map[string]bool{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if onCommandLine[f.Name] || err != nil {
+		if onCommandLine[f.Name] || fs.cmdLineOnly[f.Name] || err != nil {
 			return
 		}
 		env := envName(f.Name)
