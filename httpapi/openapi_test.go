@@ -49,9 +49,9 @@ func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
 	doc := string(httpapi.OpenAPI)
 	for _, want := range []string{
 		"/v1/orders:", "/v1/orders/{id}:", "/v1/orders/{id}/pay:", "/v1/orders/{id}/cancel:",
-		"/v1/payments/notify:", "/v1/skus/{sku}:", "/healthz:", "/readyz:", "/metrics:",
+		"/v1/payments/notify:", "/v1/skus/{sku}:", "/v1/events:", "/v1/events/retry:", "/healthz:", "/readyz:", "/metrics:",
 		"Idempotency-Key", "Lapse-Signature",
-		"timeout_seconds", "amount_cents", "cancel_after", "refund_required", "payment_attempts", "next_cursor",
+		"timeout_seconds", "amount_cents", "cancel_after", "refund_required", "payment_attempts", "next_cursor", "next_after", "next_attempt_at", "retried",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("openapi.yaml does not mention %s", want)

@@ -92,6 +92,8 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("POST /v1/orders/{id}/cancel", noBody, s.cancel)
 	v1("PUT /v1/skus/{sku}", takesBody, s.setStock)
 	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
+	v1("GET /v1/events", noBody, s.listEvents)
+	v1("POST /v1/events/retry", takesBody, s.retryEvents)
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -242,10 +244,18 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	_ = writeJSON(w, ae.Status, map[string]any{"error": map[string]string{"code": ae.Code, "message": clipMessage(ae.Message)}})
 }
 
+// writeJSON answers v as JSON with status. v is encoded before anything is
+// written, so a value that does not encode is answered 500 by the caller's
+// error path, not cut off after a 200.
 func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode the answer: %w", err)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(v)
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 func readBody(r *http.Request) ([]byte, error) {

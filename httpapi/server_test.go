@@ -1923,6 +1923,8 @@ func TestAuth(t *testing.T) {
 		{"POST", "/v1/orders/au-1/cancel", ""},
 		{"PUT", "/v1/skus/a", `{"available":0}`},
 		{"GET", "/v1/skus/a", ""},
+		{"GET", "/v1/events?dead=true", ""},
+		{"POST", "/v1/events/retry", `{"dead":true}`},
 	}
 	wrong := []struct{ name, header string }{
 		{"no Authorization", ""},

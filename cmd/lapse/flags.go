@@ -21,6 +21,13 @@ var errUsage = errors.New("usage")
 type flagSet struct {
 	*flag.FlagSet
 	spans map[string]span
+	// args, when set, lets the command take arguments after its flags and
+	// names them in its usage line ("ID…"); parseFlags leaves them in
+	// Args. Unset, as for most commands, any argument is refused.
+	args string
+	// cmdLineOnly are the flags not read from the environment (see
+	// commandLineOnly).
+	cmdLineOnly map[string]bool
 }
 
 // span is the range of a duration flag: never negative; 0 only where it
@@ -63,7 +70,19 @@ func (s span) check(d time.Duration, set bool) string {
 func newFlagSet(name string, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet("lapse "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return &flagSet{FlagSet: fs, spans: map[string]span{}}
+	return &flagSet{FlagSet: fs, spans: map[string]span{}, cmdLineOnly: map[string]bool{}}
+}
+
+// commandLineOnly exempts the flag name, already defined, from LAPSE_<NAME>:
+// for a flag whose variable another command reads with another meaning,
+// which an operator's environment may well hold. lapse events --sink is one
+// sink's name, LAPSE_SINK lapse serve's list of sink URLs: read from the
+// environment it would narrow every listing to a sink that does not exist,
+// and the dead letters would look gone.
+func (fs *flagSet) commandLineOnly(name string) {
+	fs.cmdLineOnly[name] = true
+	f := fs.Lookup(name)
+	f.Usage += " (command line only: " + envName(name) + " is not read)"
 }
 
 // Duration defines a duration flag that accepts the values s allows. It
@@ -77,7 +96,15 @@ func (fs *flagSet) Duration(name string, value time.Duration, s span, usage stri
 // from LAPSE_<NAME> if set, then checks every duration flag against its span.
 func parseFlags(fs *flagSet, args []string) error {
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of %s (each flag also reads LAPSE_<NAME>):\n", fs.Name())
+		usage := fs.Name()
+		if fs.args != "" {
+			usage += " [flags] " + fs.args
+		}
+		env := "each flag also reads LAPSE_<NAME>"
+		if len(fs.cmdLineOnly) > 0 {
+			env = "each flag not marked command line only also reads LAPSE_<NAME>"
+		}
+		fmt.Fprintf(fs.Output(), "Usage of %s (%s):\n", usage, env)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -86,16 +113,26 @@ func parseFlags(fs *flagSet, args []string) error {
 		}
 		return errUsage
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && fs.args == "" {
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return errUsage
+	}
+	// Parsing stops at the first argument, so a flag written after one
+	// would silently become an argument itself (`retry ID --sink hook`
+	// retrying for every sink): refused, since no argument starts with a
+	// dash.
+	for _, a := range fs.Args() {
+		if strings.HasPrefix(a, "-") {
+			fmt.Fprintf(fs.Output(), "%s: %q after the arguments: flags go first\n", fs.Name(), a)
+			return errUsage
+		}
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	fromEnv := map[string]bool{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if onCommandLine[f.Name] || err != nil {
+		if onCommandLine[f.Name] || fs.cmdLineOnly[f.Name] || err != nil {
 			return
 		}
 		env := envName(f.Name)

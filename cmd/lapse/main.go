@@ -31,6 +31,7 @@ var commands = []command{
 	{"migrate", "apply the schema migrations to the store", runMigrate},
 	{"audit", "check every invariant over the store; exit 1 on a violation", runAudit},
 	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
+	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink", runEvents},
 	{"reconcile", "compare orders with the payment gateway's records; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"version", "print the version", runVersion},
