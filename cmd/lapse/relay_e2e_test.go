@@ -50,14 +50,14 @@ func newReceiver(t *testing.T) *receiver {
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
-		http.Error(w, err.Error(), 400)
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.wh.Verify(body, req.Header); err != nil {
 		r.bad++
-		http.Error(w, "bad signature", 401)
+		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
 	if r.status != 0 {
@@ -67,7 +67,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	var env outbox.Envelope
 	if err := json.Unmarshal(body, &env); err != nil || req.Header.Get("webhook-id") != env.ID {
 		r.bad++
-		http.Error(w, "not an envelope, or webhook-id is not the event id", 400)
+		http.Error(w, "not an envelope, or webhook-id is not the event id", http.StatusBadRequest)
 		return
 	}
 	r.arrived = append(r.arrived, env)
