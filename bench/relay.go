@@ -68,8 +68,10 @@ type RelayResult struct {
 	// DrainPerS, in a drain measurement, is the rate at which the relay
 	// emptied a backlog; RawPerS the rate of a plain publisher to the same
 	// broker measured in the same run, with confirms, same message size.
-	DrainPerS float64 `json:"drain_per_s,omitempty"`
-	RawPerS   float64 `json:"raw_per_s,omitempty"`
+	DrainEvents int     `json:"drain_events,omitempty"`
+	DrainPerS   float64 `json:"drain_per_s,omitempty"`
+	RawPerS     float64 `json:"raw_per_s,omitempty"`
+	RawError    string  `json:"raw_error,omitempty"`
 }
 
 // Results returns each sink's deliveries, in the order sinks first delivered.

@@ -217,6 +217,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		t        bench.Target
 		st       store.Store
 		onWhat   string
+		drained  []drainResult // --relay-drain
 		err      error
 		storeArg = *storeURL
 	)
@@ -296,7 +297,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				if err != nil {
 					return err
 				}
-				defer func() { printDrains(stdout, drains) }()
+				drained = drains
 			}
 			cfg.Relay, cfg.RelayStore, cfg.RelaySinks = &bench.RelayProbe{}, st, sinkNames(sinks)
 			outboxCfg.OnDelivered = cfg.Relay.OnDelivered
@@ -331,6 +332,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	res, err := bench.Drive(ctx, t, cfg)
+	res.Relay = withDrains(res.Relay, drained)
 	if perr := stopProfiles(); err == nil && perr != nil {
 		err = perr
 	}
@@ -496,8 +498,20 @@ func printBench(w io.Writer, res bench.Result) {
 		fmt.Fprintf(w, "retries       %d calls retried after a failure\n", res.Retries)
 	}
 	for _, r := range res.Relay {
-		fmt.Fprintf(w, "relay         %s: %d events (%.0f/s), lag ms p50 %.1f  p99 %.1f  max %.1f\n",
-			r.Sink, r.Events, r.PerS, r.LagMS.P50, r.LagMS.P99, r.LagMS.Max)
+		if r.Events > 0 {
+			fmt.Fprintf(w, "relay         %s: %d events (%.0f/s), lag ms p50 %.1f  p99 %.1f  max %.1f\n",
+				r.Sink, r.Events, r.PerS, r.LagMS.P50, r.LagMS.P99, r.LagMS.Max)
+		}
+		if r.DrainEvents > 0 {
+			fmt.Fprintf(w, "relay drain   %s: %d events at %.0f/s", r.Sink, r.DrainEvents, r.DrainPerS)
+			switch {
+			case r.RawError != "":
+				fmt.Fprintf(w, " (plain publisher failed: %s)", r.RawError)
+			case r.RawPerS > 0:
+				fmt.Fprintf(w, "; a plain publisher %.0f/s: %.0f%%", r.RawPerS, 100*r.DrainPerS/r.RawPerS)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	if res.RelayUndelivered > 0 {
 		fmt.Fprintf(w, "relay         %d events still undelivered at the end\n", res.RelayUndelivered)

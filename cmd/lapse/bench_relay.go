@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,15 +108,18 @@ func measureDrains(ctx context.Context, st store.Store, specs []string, sinks []
 	return out, nil
 }
 
-func printDrains(w io.Writer, ds []drainResult) {
+// withDrains adds the drain measurements to the run's relay results, by sink.
+func withDrains(rs []bench.RelayResult, ds []drainResult) []bench.RelayResult {
 	for _, d := range ds {
-		fmt.Fprintf(w, "relay drain   %s: %d events at %.0f/s", d.sink, d.events, d.perS)
-		switch {
-		case d.rawErr != nil:
-			fmt.Fprintf(w, " (raw publisher failed: %v)", d.rawErr)
-		case d.rawPS > 0:
-			fmt.Fprintf(w, "; a plain publisher %.0f/s: %.0f%%", d.rawPS, 100*d.perS/d.rawPS)
+		i := slices.IndexFunc(rs, func(r bench.RelayResult) bool { return r.Sink == d.sink })
+		if i < 0 {
+			rs = append(rs, bench.RelayResult{Sink: d.sink})
+			i = len(rs) - 1
 		}
-		fmt.Fprintln(w)
+		rs[i].DrainEvents, rs[i].DrainPerS, rs[i].RawPerS = d.events, d.perS, d.rawPS
+		if d.rawErr != nil {
+			rs[i].RawError = d.rawErr.Error()
+		}
 	}
+	return rs
 }
