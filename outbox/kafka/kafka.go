@@ -116,6 +116,11 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		// learnt the topic's limit.
 		kgo.ProducerBatchMaxBytesFn(func(string) int32 { return s.maxBytes.Load() }),
 		kgo.WithHooks(s.conns),
+		// No linger: every Publish waits for its records, so holding a
+		// partition's batch open for more (franz-go's default 10 ms)
+		// only adds that wait to each call. Records produced while a
+		// request is in flight still go out together.
+		kgo.ProducerLinger(0),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(cfg.TLS))
