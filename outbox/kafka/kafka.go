@@ -325,6 +325,15 @@ func (s *Sink) classify(e order.Event, rec *kgo.Record, err error) error {
 	return wrapped
 }
 
+// Ping returns nil when a broker answers, and why not otherwise: the
+// sink's part of a readiness check.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka sink %s: %w%s", s.name, err, s.conns.hint())
+	}
+	return nil
+}
+
 // recordSize is a lower bound of the bytes rec takes in a batch of its own:
 // its key, value and headers, the batch's 61 bytes of framing and the
 // smallest framing of a record (7 bytes) and of a header (2). A record it

@@ -610,3 +610,38 @@ func TestPublishWithEndedContext(t *testing.T) {
 		t.Errorf("first record is %s, want %s (the cancelled events were sent)", header(recs[0], "id"), evs[0].ID)
 	}
 }
+
+func TestRawPublishRate(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3)
+	r := consume(t, c)
+	rate, err := kafka.RawPublishRate(context.Background(), "kafka://"+strings.Join(c.ListenAddrs(), ",")+"/"+topic, 1200, 200)
+	if err != nil || rate <= 0 {
+		t.Fatalf("RawPublishRate: %v, %v; want a positive rate", rate, err)
+	}
+	for _, rec := range r.waitRecords(t, 1200) {
+		if header(rec, "type") != kafka.RawType || len(rec.Value) != 200 {
+			t.Fatalf("record with type %q and %d bytes; want %s and 200", header(rec, "type"), len(rec.Value), kafka.RawType)
+		}
+	}
+	if _, err := kafka.RawPublishRate(context.Background(), "kafka://"+c.ListenAddrs()[0]+"/"+topic, 0, 10); err == nil {
+		t.Error("RawPublishRate of 0 records: no error")
+	}
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := newSink(t, c, outbox.FormatJSON, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	c.Close()
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if err := s.Ping(short); err == nil {
+		t.Error("Ping with the cluster down: nil")
+	}
+}

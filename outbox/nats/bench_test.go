@@ -23,8 +23,9 @@ import (
 //
 //   - raw: every message published asynchronously at once, then all
 //     PubAcks awaited (the server's pipelined ceiling);
-//   - raw-batch500: batches of 500, each batch's PubAcks awaited (what a
-//     relay with a 500-event batch can reach at best);
+//   - raw-batch500: RawPublishRate, messages of the same size in batches
+//     of 500, each batch's PubAcks awaited (what a relay with a 500-event
+//     batch can reach at best);
 //   - sink-batch500: the same batches through Sink.Publish.
 //
 // Each sub-benchmark has a stream of its own, deleted at its end.
@@ -53,27 +54,12 @@ func BenchmarkPublish(b *testing.B) {
 
 	b.Run("raw-batch500", func(b *testing.B) {
 		prefix := benchStream(b, js)
-		b.ResetTimer()
-		futures := make([]jetstream.PubAckFuture, 0, 500)
-		for done := 0; done < b.N; {
-			futures = futures[:0]
-			for i := done; i < min(done+500, b.N); i++ {
-				f, err := js.PublishMsgAsync(rawMsg(prefix, benchEvent(i)))
-				if err != nil {
-					b.Fatal(err)
-				}
-				futures = append(futures, f)
-			}
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					b.Fatal(err)
-				}
-			}
-			done += len(futures)
+		body, _, _, _ := outbox.FormatJSON.Binary(benchEvent(0), "")
+		rate, err := lnats.RawPublishRate(ctx, "nats://"+serverAddr(b)+"/"+prefix, b.N, len(body))
+		if err != nil {
+			b.Fatal(err)
 		}
-		reportRate(b)
+		b.ReportMetric(rate, "events/s")
 		checkStored(b, js, prefix)
 	})
 

@@ -326,6 +326,18 @@ func (s *Sink) classify(e order.Event, err error) error {
 	return wrapped
 }
 
+// Ping returns nil while the sink is connected and the server answers a
+// round trip, and why not otherwise: the sink's part of a readiness check.
+func (s *Sink) Ping(ctx context.Context) error {
+	if st := s.nc.Status(); st != natsgo.CONNECTED {
+		return fmt.Errorf("nats sink %s: %w (%s)", s.name, natsgo.ErrDisconnected, st)
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("nats sink %s: %w", s.name, err)
+	}
+	return nil
+}
+
 // Close drains the connection (what was published is flushed) and waits
 // for it to close, at most 10 s. Publish must not be called after Close.
 func (s *Sink) Close() error {

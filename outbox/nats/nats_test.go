@@ -461,6 +461,12 @@ func TestConnectionCutAndRestored(t *testing.T) {
 		}
 	}
 
+	pctx, cancelPing := context.WithTimeout(context.Background(), time.Second)
+	defer cancelPing()
+	if err := s.Ping(pctx); err == nil {
+		t.Error("Ping with the connection cut: nil")
+	}
+
 	if err := proxy.Start(); err != nil {
 		t.Fatalf("restore the proxy: %v", err)
 	}
@@ -484,6 +490,9 @@ func TestConnectionCutAndRestored(t *testing.T) {
 		}
 	}
 
+	if err := s.Ping(pctx); err != nil {
+		t.Errorf("Ping once delivered again: %v", err)
+	}
 	all := append(slices.Clone(before), during...)
 	got := r.waitFor(t, len(all))
 	count := map[string]int{}
@@ -513,5 +522,23 @@ func TestPublishWithEndedContext(t *testing.T) {
 	}
 	if n := streamInfo(t, js, s.Stream()).State.Msgs; n != 0 {
 		t.Errorf("the stream holds %d messages; nothing may be sent with an ended context", n)
+	}
+}
+
+func TestRawPublishRate(t *testing.T) {
+	t.Parallel()
+	js := admin(t)
+	prefix := newPrefix(t, js)
+	s := newSink(t, lnats.Config{Prefix: prefix}) // creates the stream
+	rate, err := lnats.RawPublishRate(context.Background(), "nats://"+serverAddr(t)+"/"+prefix, 1200, 200)
+	if err != nil || rate <= 0 {
+		t.Fatalf("RawPublishRate: %v, %v; want a positive rate", rate, err)
+	}
+	info := streamInfo(t, js, s.Stream())
+	if info.State.Msgs != 1200 || info.State.NumSubjects != 1 {
+		t.Errorf("the stream holds %d messages on %d subjects, want 1200 on %s.%s", info.State.Msgs, info.State.NumSubjects, prefix, lnats.RawType)
+	}
+	if _, err := lnats.RawPublishRate(context.Background(), "nats://"+serverAddr(t)+"/"+prefix, 0, 10); err == nil {
+		t.Error("RawPublishRate of 0 messages: no error")
 	}
 }
