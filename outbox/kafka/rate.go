@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -24,7 +25,8 @@ const RawBatch = 500
 // idempotent, no linger) and nothing else — n records of size bytes, keyed
 // over n keys like events over orders, to the topic of rawURL (a --sink
 // URL), in batches of RawBatch, each batch produced in full and then waited
-// for. Connecting is not timed.
+// for. The values are random letters, which compress about as well as
+// JSON. Connecting is not timed.
 //
 // The records land in the topic, with the header type=RawType: point it at
 // a benchmark's topic, not one that consumers read in production.
@@ -54,9 +56,12 @@ func RawPublishRate(ctx context.Context, rawURL string, n, size int) (float64, e
 	if err := cl.Ping(ctx); err != nil {
 		return 0, fmt.Errorf("kafka raw publish rate on %s: %w", cfg.name(), err)
 	}
-	value := make([]byte, size)
-	for i := range value {
-		value[i] = 'x'
+	// Random letters, a different value for each record of a batch: the
+	// producer compresses batches (snappy by default), and repeated bytes
+	// would shrink to nothing and flatter the rate.
+	values := make([]byte, size*RawBatch)
+	for i := range values {
+		values[i] = 'a' + byte(rand.IntN(26))
 	}
 	headers := []kgo.RecordHeader{{Key: "type", Value: []byte(RawType)}}
 	recs := make([]*kgo.Record, 0, RawBatch)
@@ -64,7 +69,8 @@ func RawPublishRate(ctx context.Context, rawURL string, n, size int) (float64, e
 	for sent := 0; sent < n; {
 		recs = recs[:0]
 		for ; sent < n && len(recs) < RawBatch; sent++ {
-			recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(sent)), Value: value, Headers: headers})
+			j := len(recs) * size
+			recs = append(recs, &kgo.Record{Key: []byte(strconv.Itoa(sent)), Value: values[j : j+size], Headers: headers})
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return 0, fmt.Errorf("kafka raw publish rate on %s: %w", cfg.name(), err)
