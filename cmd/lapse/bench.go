@@ -283,6 +283,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if outboxCfg, err = sinkFl.config(logger); err != nil {
 				return usage("%v", err)
 			}
+			specs, stopKfake, err := fakeKafka(sinkFl.specs())
+			if err != nil {
+				return err
+			}
+			defer stopKfake()
+			sinkFl.sinks = specs
 			removeQueues, err := benchQueues(ctx, sinkFl.specs())
 			if err != nil {
 				return err
@@ -292,6 +298,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return usage("%v", err)
 			}
 			defer closeSinks()
+			forget, err := forgetNewSinks(ctx, st, sinkNames(sinks), stderr)
+			if err != nil {
+				return err
+			}
+			defer forget()
 			if *relayDrain > 0 {
 				drains, err := measureDrains(ctx, st, sinkFl.specs(), sinks, outboxCfg, *relayDrain, stderr)
 				if err != nil {

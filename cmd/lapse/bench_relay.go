@@ -11,9 +11,12 @@ import (
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/kafka"
+	natssink "github.com/lapsehq/lapse/outbox/nats"
 	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // drainResult is one sink's drain measurement.
@@ -29,6 +32,37 @@ type drainResult struct {
 var rawPublishers = map[string]func(ctx context.Context, spec string, n, size int) (float64, error){
 	"amqp":  rabbitmq.RawPublishRate,
 	"amqps": rabbitmq.RawPublishRate,
+	"kafka": kafka.RawPublishRate,
+	"nats":  natssink.RawPublishRate,
+}
+
+// fakeKafka starts an in-process kfake cluster (three brokers) for every
+// --sink kafka://kfake/topic, with the topic, and returns the specs with
+// its addresses: no Kafka broker can run on the machines lapse is developed
+// on, and the bench says so in its sink names.
+func fakeKafka(specs []string) (out []string, stop func(), err error) {
+	var clusters []*kfake.Cluster
+	stop = func() {
+		for _, c := range clusters {
+			c.Close()
+		}
+	}
+	for _, spec := range specs {
+		rest, ok := strings.CutPrefix(spec, "kafka://kfake/")
+		if !ok {
+			out = append(out, spec)
+			continue
+		}
+		topic, _, _ := strings.Cut(rest, "?")
+		c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("start a kfake cluster: %w", err)
+		}
+		clusters = append(clusters, c)
+		out = append(out, "kafka://"+strings.Join(c.ListenAddrs(), ",")+"/"+rest)
+	}
+	return out, stop, nil
 }
 
 // benchQueues binds a queue of the run's own to every RabbitMQ sink's
@@ -59,6 +93,10 @@ func benchQueues(ctx context.Context, specs []string) (remove func(), err error)
 // created then cancelled by its buyer: two events), then times one relay
 // emptying them into each sink in turn.
 func measureDrains(ctx context.Context, st store.Store, specs []string, sinks []outbox.Sink, cfg outbox.Config, orders int, stderr io.Writer) ([]drainResult, error) {
+	// Every sink gets the backlog: registered before it is written.
+	if err := st.RegisterSinks(ctx, sinkNames(sinks)); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(stderr, "lapse bench: relay drain: writing %d orders' events (created, cancelled)…\n", orders)
 	if _, err := st.SetStock(ctx, "relay-drain", int64(orders)); err != nil {
 		return nil, err
@@ -106,6 +144,30 @@ func measureDrains(ctx context.Context, st store.Store, specs []string, sinks []
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// forgetNewSinks returns a function that unregisters, at the end of the
+// run, the sinks of names the store did not know before it: a benchmark
+// leaves no sink behind to collect deliveries nobody makes.
+func forgetNewSinks(ctx context.Context, st store.Outbox, names []string, stderr io.Writer) (func(), error) {
+	before, err := st.OutboxStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, s := range before.Sinks {
+		known[s.Sink] = true
+	}
+	return func() {
+		for _, n := range names {
+			if known[n] {
+				continue
+			}
+			if _, err := st.ForgetSink(context.WithoutCancel(ctx), n); err != nil {
+				fmt.Fprintf(stderr, "lapse bench: forgetting the run's sink %s: %v\n", n, err)
+			}
+		}
+	}, nil
 }
 
 // withDrains adds the drain measurements to the run's relay results, by sink.

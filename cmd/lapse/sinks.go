@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/kafka"
+	natssink "github.com/lapsehq/lapse/outbox/nats"
 	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/outbox/webhook"
 	"github.com/lapsehq/lapse/redact"
@@ -121,11 +123,20 @@ func (f *sinkFlags) openOne(ctx context.Context, spec string, format outbox.Form
 	case scheme == "amqp" || scheme == "amqps":
 		return rabbitmq.New(ctx, spec, format, logger)
 	case scheme == "kafka":
-		return nil, errors.New("Kafka sinks are not built yet")
+		cfg, err := kafka.ParseURL(spec)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Format, cfg.Logger = format, logger
+		return kafka.New(ctx, cfg)
 	case scheme == "nats":
-		return nil, errors.New("NATS sinks are not built yet")
+		cfg, err := natssink.ParseURL(spec)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Format, cfg.Logger = format, logger
+		return natssink.New(ctx, cfg)
 	}
-	_ = ctx
 	return nil, errors.New("unsupported: want log, https://…, amqp://…, kafka://… or nats://…")
 }
 
