@@ -7,18 +7,25 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/internal/rabbit/rabbittest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/outbox/kafka"
+	natssink "github.com/lapsehq/lapse/outbox/nats"
 	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/outbox/webhook"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -144,8 +151,11 @@ func TestEveryEventReachesEverySink(t *testing.T) {
 		return out
 	}
 
+	kSink, kafkaGot := kafkaDest(t)
+	nSink, natsGot := natsDest(t)
+
 	svc, err := lapse.New(lapse.Config{
-		Store: st, Sinks: []outbox.Sink{hook, mq}, Logger: discard(), SweepInterval: -1,
+		Store: st, Sinks: []outbox.Sink{hook, mq, kSink, nSink}, Logger: discard(), SweepInterval: -1,
 		Outbox: outbox.Config{RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond, Lease: 5 * time.Second},
 	})
 	if err != nil {
@@ -198,17 +208,115 @@ func TestEveryEventReachesEverySink(t *testing.T) {
 	want := 2 * orders // created, then cancelled at the timeout
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		h, m := hookGot.distinct(), len(distinctIDs(mqGot()))
-		if h >= want && m >= want {
+		h, m, k, n := hookGot.distinct(), len(distinctIDs(mqGot())), kafkaGot.distinct(), natsGot.distinct()
+		if h >= want && m >= want && k >= want && n >= want {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 3 minutes: webhook %d, RabbitMQ %d distinct events of %d", h, m, want)
+			t.Fatalf("after 3 minutes: webhook %d, RabbitMQ %d, Kafka %d, NATS %d distinct events of %d", h, m, k, n, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("webhook: %d duplicates", checkOrder(t, "webhook", hookGot.list()))
 	t.Logf("RabbitMQ: %d duplicates (connection cut for 1.5 s)", checkOrder(t, "RabbitMQ", mqGot()))
+	t.Logf("Kafka (kfake, 3 brokers): %d duplicates", checkOrder(t, "Kafka", kafkaGot.list()))
+	t.Logf("NATS JetStream: %d duplicates", checkOrder(t, "NATS", natsGot.list()))
+}
+
+// kafkaDest is a three-broker kfake cluster (no Kafka broker can run on
+// these machines) with a sink producing to it and a consumer reading it.
+func kafkaDest(t *testing.T) (*kafka.Sink, *arrivals) {
+	t.Helper()
+	const topic = "lapse-e2e"
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	sink, err := kafka.New(context.Background(), kafka.Config{Brokers: c.ListenAddrs(), Topic: topic, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &arrivals{}
+	seen := map[[2]int64]bool{} // a consumer may read an offset again after a leader moves
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				at := [2]int64{int64(r.Partition), r.Offset}
+				if seen[at] {
+					return
+				}
+				seen[at] = true
+				hs := map[string]string{}
+				for _, h := range r.Headers {
+					hs[h.Key] = string(h.Value)
+				}
+				got.add(arrival{hs["id"], string(r.Key), hs["type"]})
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	return sink, got
+}
+
+// natsDest is a NATS JetStream sink on the machine's server (a prefix and
+// stream of the test's own) and an ordered consumer of its stream.
+func natsDest(t *testing.T) (*natssink.Sink, *arrivals) {
+	t.Helper()
+	u, ok := os.LookupEnv("LAPSE_TEST_NATS")
+	if !ok {
+		u = "nats://127.0.0.1:4222"
+	}
+	if u == "" {
+		t.Skip("LAPSE_TEST_NATS is empty")
+	}
+	cfg, err := natssink.ParseURL(u + "/" + fmt.Sprintf("lapse.e2e%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = discard()
+	sink, err := natssink.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsgo.Connect(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sink.Close()
+		_ = js.DeleteStream(context.Background(), sink.Stream())
+		nc.Close()
+	})
+	cons, err := js.OrderedConsumer(context.Background(), sink.Stream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &arrivals{}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var env outbox.Envelope
+		if json.Unmarshal(m.Data(), &env) == nil {
+			got.add(arrival{m.Headers().Get("Nats-Msg-Id"), env.OrderID, env.Type})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return sink, got
 }
 
 func distinctIDs(got []arrival) map[string]bool {
