@@ -15,7 +15,7 @@ import (
 // BenchmarkCancelDue measures the timeout cancel: one CancelDue transaction
 // per op, each cancelling a batch of due orders of two items (stock released,
 // ledger rows and events written). Orders are created before the timer
-// starts; orders/s is the figure to compare with docs/architecture.md §7.
+// starts; orders/s is the figure to compare with BENCHMARKS.md.
 //
 //	LAPSE_TEST_MYSQL=mysql://root@127.0.0.1:3306/test go test -run '^$' -bench CancelDue ./store/mysql/
 func BenchmarkCancelDue(b *testing.B) {
