@@ -58,11 +58,13 @@
 //
 // lapse calls Schedule after the order has committed. An instance that
 // crashes between that commit and the broker's confirm leaves an order
-// without a timer; the service's fallback sweep cancels it (it claims orders
-// overdue by SweepLag every SweepInterval), so such an order is cancelled
-// late by up to SweepInterval + SweepLag (1 min + 30 s with lapse serve's
-// defaults), never early and never twice. A failed Schedule is logged and
-// counted (lapse_schedule_errors_total) and costs the same.
+// without a timer (or with one the broker took but never confirmed, which
+// fires as usual). The service's fallback sweep cancels such an order: it
+// claims orders overdue by SweepLag every SweepInterval, so the order is
+// cancelled up to SweepInterval + SweepLag after its deadline (40 s with
+// lapse serve's defaults, 30 s and 10 s), never early and never twice. A
+// failed Schedule is logged and counted (lapse_timer_schedule_errors_total)
+// and costs the same.
 //
 // # Precision
 //
@@ -123,12 +125,15 @@
 //
 //   - a missing exchange or queue (deleted) is a loss: the topology is
 //     declared again, bindings included;
-//   - a queue holding fewer messages than this instance knows must be in it
-//     is a loss (purged): Run remembers, per level, how many of the timers it
-//     published are certainly in that queue now — past their latest possible
-//     arrival in it and before their earliest possible departure, with a
-//     second of slack per level for the broker's expiry — and a queue never
-//     holds fewer than that unless it lost them;
+//   - levels holding fewer timers than this instance knows must be in them
+//     is a loss (purged). The scheduler remembers where each timer it
+//     published is on its earliest course: RabbitMQ never expires a message before its TTL
+//     (to the millisecond), though it may later, so a timer is in that level
+//     or a higher one. The levels are counted from the top down, so that a
+//     timer moving down meanwhile is counted twice rather than missed, and
+//     the queues of levels k and above must together hold at least the
+//     timers remembered there, less 1% (a timer between two queues at the
+//     moment is in neither);
 //   - a missing seed marker is a loss too: the queue <prefix>.seeded holds one
 //     message, written after a complete seed. It is missing on a new broker,
 //     or after the whole topology was deleted, or while a seed is unfinished.

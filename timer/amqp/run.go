@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -211,6 +212,11 @@ func (s *Scheduler) sendAgain(ctx context.Context, early []arrival) {
 		ts[i] = a.t
 	}
 	sent := s.sendEach(settle, ts, nil)
+	if slices.Contains(sent, false) {
+		// The broker refuses the copies: requeued at once, they would
+		// come straight back.
+		_ = sleep(ctx, time.Second)
+	}
 	for i, a := range early {
 		var err error
 		if sent[i] {
