@@ -80,8 +80,8 @@
 // # Delivery
 //
 // Run consumes the ready queue with manual acknowledgements and a prefetch
-// of Config.BatchSize, gathers what has arrived into a batch, and hands it
-// to the handler. A batch the handler accepts (nil) is acknowledged. A batch
+// of Config.BatchSize, gathers what arrives within 2 ms of a first timer
+// (up to BatchSize) into a batch, and hands it to the handler. A batch the handler accepts (nil) is acknowledged. A batch
 // it refuses is handed back to the broker: each timer is published again
 // with its own Due, Attempt + 1 in the lapse-attempt header, and a delay of
 // Config.Backoff(attempt), and the delivery is acknowledged once the broker

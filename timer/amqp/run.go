@@ -14,6 +14,10 @@ import (
 	"github.com/lapsehq/lapse/timer"
 )
 
+// gather is how long Run waits for more timers once one arrived, to hand
+// them over in one batch.
+const gather = 2 * time.Millisecond
+
 // settleTimeout bounds handing a refused batch back to the broker once its
 // handler returned, Run's ctx ended or not.
 const settleTimeout = 5 * time.Second
@@ -71,6 +75,9 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 	wakeup := time.NewTimer(time.Hour)
 	defer wakeup.Stop()
 	for {
+		if err := ctx.Err(); err != nil {
+			return err // no new batch once ctx ended
+		}
 		wakeup.Reset(time.Hour)
 		if len(held) > 0 {
 			wakeup.Reset(time.Until(held[0].t.Due))
@@ -88,14 +95,20 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 			got = append(got, d)
 		case <-wakeup.C:
 		}
-		// Whatever else has arrived joins the batch: at most the prefetch.
-		for more := true; more; {
-			select {
-			case d := <-in:
-				got = append(got, d)
-			default:
-				more = false
+		// What arrives within gather joins the batch: the broker sends a
+		// burst of due timers one message after the other. At most the
+		// prefetch can be in hand.
+		if len(got) > 0 {
+			gathered := time.NewTimer(gather)
+			for more := true; more && len(got)+len(held) < s.cfg.BatchSize; {
+				select {
+				case d := <-in:
+					got = append(got, d)
+				case <-gathered.C:
+					more = false
+				}
 			}
+			gathered.Stop()
 		}
 		now := time.Now()
 		var batch, early []arrival
