@@ -75,7 +75,11 @@
 // timer can arrive a few milliseconds before its due time; one that arrives
 // early by at most Base is held by Run, unacknowledged, until it is due. Run
 // checks every timer against this process's clock before handing it over:
-// none is ever delivered before its Due. TestLateness measures the lateness.
+// none is ever delivered before its Due. TestLateness measures the
+// lateness, from the due time to the handler's call, of 300 timers due over
+// 3 s on a 2-core machine under the race detector: p50 61 ms, p99 108 ms,
+// max 111 ms with a Base of 100 ms; p50 16 ms, p99 24 ms, max 27 ms with
+// 10 ms.
 //
 // # Delivery
 //
