@@ -54,7 +54,8 @@
 // into the ready queue. A publish that was not confirmed is tried again, up
 // to three times with backoff (100 ms, 200 ms), then returned as an error; an
 // unroutable one (basic.return: part of the topology was deleted) wakes the
-// data-loss check, which declares the topology again, before the retry.
+// data-loss check (while Run runs), which declares the topology again, before
+// the retry.
 //
 // lapse calls Schedule after the order has committed. An instance that
 // crashes between that commit and the broker's confirm leaves an order

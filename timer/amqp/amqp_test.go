@@ -74,13 +74,16 @@ func newPrefix(t testing.TB, levels int) string {
 	return prefix
 }
 
+// discard is the tests' logger.
+var discard = slog.New(slog.DiscardHandler)
+
 // mustOpen opens a scheduler on the test broker with cfg (its Prefix set by
 // the caller), closed when t ends. Its logs are discarded unless cfg has a
 // Logger.
 func mustOpen(t testing.TB, cfg amqptimer.Config) *amqptimer.Scheduler {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = discard
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
