@@ -48,7 +48,10 @@
 // Schedule publishes one message to the top level's exchange — persistent,
 // with publisher confirms and the mandatory flag (internal/rabbit) — and
 // returns once the broker confirmed it: the timer is then on disk in its
-// first queue. The message carries the key as its body and the due time in
+// first queue. Concurrent calls share their round trips: the calls that
+// arrive while a batch is being confirmed go out together as the next batch
+// (internal/group), on up to four batches at once, so a busy instance does
+// not wait for a confirm per order. The message carries the key as its body and the due time in
 // the lapse-due header (RFC 3339, nanoseconds), which is what Timer.Due is.
 // A timer due already is routed straight through every level (all zeros)
 // into the ready queue. A publish that was not confirmed is tried again, up
@@ -184,6 +187,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/lapsehq/lapse/internal/group"
 	"github.com/lapsehq/lapse/internal/rabbit"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/timer"
@@ -344,6 +348,11 @@ type Scheduler struct {
 	ledger *ledger       // what this instance's timers must be in the queues
 	wake   chan struct{} // asks the data-loss check to run now
 
+	// lanes take Schedule calls; each publishes the calls that arrived
+	// while its previous batch was being confirmed as its next batch.
+	lanes    []*group.Queue[*scheduleCall]
+	nextLane atomic.Uint64
+
 	stats struct {
 		scheduled, unscheduled, clamped, republished, retried, losses, seeds atomic.Uint64
 	}
@@ -384,7 +393,7 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp timers: %w", err)
 	}
-	return &Scheduler{
+	s := &Scheduler{
 		conn:     conn,
 		checks:   &checkConn{url: broker, shown: redact.URL(broker)},
 		cfg:      cfg,
@@ -393,7 +402,11 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Scheduler, error) {
 		log:      cfg.Logger.With("timers", "amqp", "prefix", cfg.Prefix),
 		ledger:   newLedger(cfg.Base, cfg.Levels),
 		wake:     make(chan struct{}, 1),
-	}, nil
+	}
+	for range lanes {
+		s.lanes = append(s.lanes, group.New(publishChunk, s.publishGroup))
+	}
+	return s, nil
 }
 
 // Close closes the scheduler's connections. Run returns (rabbit.ErrClosed)
@@ -478,14 +491,63 @@ func (s *Scheduler) Stats() Stats {
 // Schedule implements timer.Scheduler: one persistent message, confirmed by
 // the broker, that arrives in the ready queue at due rounded up to Base. It
 // does not replace an earlier schedule of key (see "Unschedule").
+// Concurrent calls share their publishes (see "Scheduling").
 func (s *Scheduler) Schedule(ctx context.Context, key string, due time.Time) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
-	if err := s.send(ctx, []timer.Timer{{Key: key, Due: due, Attempt: 1}}, nil); err != nil {
+	c := &scheduleCall{ctx: ctx, t: timer.Timer{Key: key, Due: due, Attempt: 1}, done: make(chan error, 1)}
+	s.lanes[s.nextLane.Add(1)%uint64(len(s.lanes))].Add(c)
+	var err error
+	select {
+	case err = <-c.done:
+	case <-ctx.Done():
+		// The publish may still go through: the timer then fires, which
+		// is harmless.
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("amqp timers: schedule timer %s: %w", key, err)
 	}
 	return nil
+}
+
+// scheduleCall is a Schedule waiting for the publish of its group.
+type scheduleCall struct {
+	ctx  context.Context
+	t    timer.Timer
+	done chan error // buffered: the group never waits for its caller
+}
+
+// lanes is how many groups of Schedule calls are published at once, one
+// per publishing channel of internal/rabbit's pool.
+const lanes = rabbit.DefaultPublishChannels
+
+// publishGroup publishes the timers of the Schedule calls of one group in
+// one batch and answers each call. The batch runs on the values of one of
+// its callers' contexts, not on their cancellation (a caller that gives up
+// must not fail the others), for at most group.Timeout.
+func (s *Scheduler) publishGroup(calls []*scheduleCall) {
+	live := calls[:0:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- err
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := group.Context(live[0].ctx)
+	defer cancel()
+	ts := make([]timer.Timer, len(live))
+	for i, c := range live {
+		ts[i] = c.t
+	}
+	for i, err := range s.publish(ctx, ts, nil) {
+		live[i].done <- err
+	}
 }
 
 // ScheduleMany implements timer.BatchScheduler: Schedule for many timers, a
@@ -541,20 +603,31 @@ const (
 
 // send publishes a message for each timer, for its Due from now, and
 // returns nil once the broker confirmed them all, else the errors of those
-// it did not confirm (see publish).
+// it did not confirm (see publish), joined.
 func (s *Scheduler) send(ctx context.Context, ts []timer.Timer, delay func(timer.Timer) time.Duration) error {
-	_, err := s.publish(ctx, ts, delay)
-	return err
+	var failed []error
+	for _, err := range s.publish(ctx, ts, delay) {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	switch len(failed) {
+	case 0:
+		return nil
+	case 1:
+		return failed[0]
+	}
+	return fmt.Errorf("%d of %d messages not confirmed: %w", len(failed), len(ts), errors.Join(failed...))
 }
 
 // publish publishes a message for each timer and retries those the broker
 // did not confirm, up to publishTries in all. Each timer's Attempt goes in
 // its message; delay, when not nil, sets how long each timer waits instead
-// of until its Due (the backoff of a refused batch). It reports which
-// messages the broker confirmed, and the errors of the last try of the
-// others, joined.
-func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(timer.Timer) time.Duration) ([]bool, error) {
-	sent := make([]bool, len(ts))
+// of until its Due (the backoff of a refused batch). It returns one error
+// per timer: nil once the broker confirmed its message, else the error of
+// its last try.
+func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(timer.Timer) time.Duration) []error {
+	errs := make([]error, len(ts))
 	todo := make([]int, len(ts)) // indices in ts
 	for i := range todo {
 		todo[i] = i
@@ -574,13 +647,13 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 				s.stats.clamped.Add(1)
 			}
 		}
-		errs := s.conn.Publish(ctx, msgs)
+		confirms := s.conn.Publish(ctx, msgs)
 		confirmed := time.Now()
 		var failed []int
-		var last []error
-		for j, err := range errs {
+		for j, err := range confirms {
+			i := todo[j]
+			errs[i] = err
 			if err == nil {
-				sent[todo[j]] = true
 				s.ledger.add(units[j], now, confirmed)
 				s.stats.scheduled.Add(1)
 				continue
@@ -588,21 +661,17 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 			if errors.Is(err, rabbit.ErrReturned) {
 				s.checkNow() // part of the topology is missing
 			}
-			failed = append(failed, todo[j])
-			last = append(last, err)
+			failed = append(failed, i)
 		}
-		if len(failed) == 0 {
-			return sent, nil
+		if len(failed) == 0 || try == publishTries || ctx.Err() != nil || errors.Is(errs[failed[0]], rabbit.ErrClosed) {
+			return errs
 		}
-		if try == publishTries || ctx.Err() != nil || errors.Is(last[0], rabbit.ErrClosed) {
-			if len(last) > 1 {
-				return sent, fmt.Errorf("%d of %d messages not confirmed: %w", len(last), len(ts), errors.Join(last...))
-			}
-			return sent, last[0]
-		}
-		s.log.Debug("amqp timers: publish not confirmed; retrying", "timers", len(failed), "retry_in", wait, "err", last[0])
+		s.log.Debug("amqp timers: publish not confirmed; retrying", "timers", len(failed), "retry_in", wait, "err", errs[failed[0]])
 		if sleep(ctx, wait) != nil {
-			return sent, fmt.Errorf("%w (after: %w)", ctx.Err(), last[0])
+			for _, i := range failed {
+				errs[i] = fmt.Errorf("%w (after: %w)", ctx.Err(), errs[i])
+			}
+			return errs
 		}
 		todo, wait = failed, 2*wait
 	}

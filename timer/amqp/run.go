@@ -245,11 +245,16 @@ func (s *Scheduler) sendAgain(ctx context.Context, early []arrival) {
 }
 
 // sendEach is publish for timers that are settled one by one: it logs
-// the error and reports which were confirmed.
+// the first error and reports which were confirmed.
 func (s *Scheduler) sendEach(ctx context.Context, ts []timer.Timer, delay func(timer.Timer) time.Duration) []bool {
-	sent, err := s.publish(ctx, ts, delay)
-	if err != nil {
-		s.log.Warn("amqp timers: send timers again failed", "timers", len(ts), "err", err)
+	sent := make([]bool, len(ts))
+	logged := false
+	for i, err := range s.publish(ctx, ts, delay) {
+		sent[i] = err == nil
+		if err != nil && !logged {
+			s.log.Warn("amqp timers: send timers again failed", "timers", len(ts), "err", err)
+			logged = true
+		}
 	}
 	return sent
 }
