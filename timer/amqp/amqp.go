@@ -279,26 +279,26 @@ func (c *Config) setDefaults() {
 
 func (c *Config) validate() error {
 	if msg := validPrefix(c.Prefix); msg != "" {
-		return fmt.Errorf("amqp: Config.Prefix %q: %s", c.Prefix, msg)
+		return fmt.Errorf("amqp timers: Config.Prefix %q: %s", c.Prefix, msg)
 	}
 	if c.Base < time.Millisecond || c.Base%time.Millisecond != 0 {
-		return fmt.Errorf("amqp: Config.Base %v: want a whole number of milliseconds, at least 1ms (RabbitMQ's TTLs are milliseconds)", c.Base)
+		return fmt.Errorf("amqp timers: Config.Base %v: want a whole number of milliseconds, at least 1ms (RabbitMQ's TTLs are milliseconds)", c.Base)
 	}
 	if c.Levels < 1 || c.Levels > 32 {
-		return fmt.Errorf("amqp: Config.Levels %d: want 1 to 32", c.Levels)
+		return fmt.Errorf("amqp timers: Config.Levels %d: want 1 to 32", c.Levels)
 	}
 	if top := maxTTL >> uint(c.Levels-1); c.Base > top {
-		return fmt.Errorf("amqp: Config.Base %v with %d levels: the top level's TTL, 2^%d × Base, would exceed RabbitMQ's 2^32-1 ms (want Base at most %v)",
+		return fmt.Errorf("amqp timers: Config.Base %v with %d levels: the top level's TTL, 2^%d × Base, would exceed RabbitMQ's 2^32-1 ms (want Base at most %v)",
 			c.Base, c.Levels, c.Levels-1, top.Truncate(time.Millisecond))
 	}
 	if c.QueueType != QueueClassic && c.QueueType != QueueQuorum {
-		return fmt.Errorf("amqp: Config.QueueType %q: want %s or %s", c.QueueType, QueueClassic, QueueQuorum)
+		return fmt.Errorf("amqp timers: Config.QueueType %q: want %s or %s", c.QueueType, QueueClassic, QueueQuorum)
 	}
 	if c.BatchSize < 1 || c.BatchSize > maxBatchSize {
-		return fmt.Errorf("amqp: Config.BatchSize %d: want 1 to %d", c.BatchSize, maxBatchSize)
+		return fmt.Errorf("amqp timers: Config.BatchSize %d: want 1 to %d", c.BatchSize, maxBatchSize)
 	}
 	if c.LossCheck < 10*time.Millisecond {
-		return fmt.Errorf("amqp: Config.LossCheck %v: want at least 10ms", c.LossCheck)
+		return fmt.Errorf("amqp timers: Config.LossCheck %v: want at least 10ms", c.LossCheck)
 	}
 	return nil
 }
