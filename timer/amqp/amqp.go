@@ -45,20 +45,21 @@
 //
 // # Scheduling
 //
-// Schedule publishes one message to the top level's exchange — persistent,
-// with publisher confirms and the mandatory flag (internal/rabbit) — and
-// returns once the broker confirmed it: the timer is then on disk in its
-// first queue. Concurrent calls share their round trips: the calls that
-// arrive while a batch is being confirmed go out together as the next batch
-// (internal/group), on up to four batches at once, so a busy instance does
-// not wait for a confirm per order. The message carries the key as its body and the due time in
-// the lapse-due header (RFC 3339, nanoseconds), which is what Timer.Due is.
-// A timer due already is routed straight through every level (all zeros)
-// into the ready queue. A publish that was not confirmed is tried again, up
-// to three times with backoff (100 ms, 200 ms), then returned as an error; an
-// unroutable one (basic.return: part of the topology was deleted) wakes the
-// data-loss check (while Run runs), which declares the topology again, before
-// the retry.
+// Schedule publishes one message to the exchange of the first level the
+// timer waits in: its highest set bit (the levels above would only pass it
+// on), or the ready exchange when it is due already. The message is
+// persistent, published with confirms and the mandatory flag
+// (internal/rabbit), and Schedule returns once the broker confirmed it: the
+// timer is then on disk in its first queue. The message carries the key as
+// its body and the due time in the lapse-due header (RFC 3339, nanoseconds),
+// which is what Timer.Due is. Concurrent calls share their round trips: the
+// calls that arrive while a batch is being confirmed go out together as the
+// next batch (internal/group), up to four batches at once, so a busy
+// instance does not wait for a confirm per order. A publish that was not
+// confirmed is tried again, up to three times with backoff (100 ms, 200 ms),
+// then returned as an error; an unroutable one (basic.return: part of the
+// topology was deleted) wakes the data-loss check (while Run runs), which
+// declares the topology again, before the retry.
 //
 // lapse calls Schedule after the order has committed. An instance that
 // crashes between that commit and the broker's confirm leaves an order
@@ -686,7 +687,7 @@ func (s *Scheduler) message(now time.Time, t timer.Timer, at time.Time) (rabbit.
 		headers[hdrAttempt] = int64(t.Attempt)
 	}
 	return rabbit.Message{
-		Exchange:   s.names.entry(),
+		Exchange:   s.names.entry(units),
 		RoutingKey: s.names.routingKey(units, t.Key),
 		Publishing: amqp091.Publishing{
 			MessageId:    randomID(),

@@ -30,8 +30,13 @@ func TestRoutingKey(t *testing.T) {
 	if got, want := n.pattern(22, '0'), "0.#"; got != want {
 		t.Errorf("pattern(22, 0) = %q, want %q", got, want)
 	}
-	if n.below(0) != "p.ready" || n.below(5) != "p.delay.04" || n.entry() != "p.delay.22" {
-		t.Errorf("below(0) %s, below(5) %s, entry %s", n.below(0), n.below(5), n.entry())
+	if n.below(0) != "p.ready" || n.below(5) != "p.delay.04" {
+		t.Errorf("below(0) %s, below(5) %s", n.below(0), n.below(5))
+	}
+	for units, want := range map[uint64]string{0: "p.ready", 1: "p.delay.00", 13: "p.delay.03", 1<<23 - 1: "p.delay.22"} {
+		if got := n.entry(units); got != want {
+			t.Errorf("entry(%d) = %s, want %s", units, got, want)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package amqp
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,8 +24,16 @@ type names struct {
 // and queues have separate namespaces): <prefix>.delay.07.
 func (n names) level(k int) string { return fmt.Sprintf("%s.delay.%02d", n.prefix, k) }
 
-// entry is where every timer is published: the highest level's exchange.
-func (n names) entry() string { return n.level(n.levels - 1) }
+// entry is the exchange a timer that waits units is published to: that of
+// its highest set bit, where it waits first, or the ready exchange when it
+// is due already. The levels above would pass it straight on (their bits are
+// 0); skipping them spares the broker as many topic matches.
+func (n names) entry(units uint64) string {
+	if units == 0 {
+		return n.ready()
+	}
+	return n.level(bits.Len64(units) - 1)
+}
 
 // ready is the name of the exchange the last level dead-letters into and
 // of the queue the Run loops consume.
