@@ -171,7 +171,12 @@
 // timers on RabbitMQ before 3.12, apply a policy with queue-mode lazy to
 // ^<prefix>\.delay\. (classic queues keep their messages on disk from 3.12
 // on). Do not give the queues a delivery limit or a max length: a timer that
-// the broker drops is cancelled late, by the fallback sweep.
+// the broker drops is cancelled late, by the fallback sweep. RabbitMQ 4 gives
+// quorum queues a delivery limit of 20 unless told otherwise
+// (rabbitmq-server#11937); Run settles every delivery itself, so only a
+// timer whose consumers die holding it 20 times over reaches it. A policy
+// with delivery-limit -1 on ^<prefix>\.ready$ lifts it there (on RabbitMQ 4
+// only: 3.10 takes -1 as "no redelivery at all").
 package amqp
 
 import (
