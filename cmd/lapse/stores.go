@@ -15,6 +15,7 @@ import (
 	"github.com/lapsehq/lapse/store/mysql"
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
+	amqptimer "github.com/lapsehq/lapse/timer/amqp"
 	"github.com/lapsehq/lapse/timer/memory"
 	natstimer "github.com/lapsehq/lapse/timer/nats"
 	"github.com/lapsehq/lapse/timer/redis"
@@ -106,8 +107,21 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		}
 		cfg.Scheduler = s
 		opened.close, opened.ping = s.Close, s.Ping
+	case scheme == "amqp" || scheme == "amqps":
+		// Its prefix, base, levels, queue type and batch size come from
+		// the URL (?prefix=&base=&levels=&queue_type=&batch=), not from
+		// the Redis prefix. A broker that does not answer within 15 s
+		// fails the start, as a Redis that does not would.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		s, err := amqptimer.Open(ctx, spec, amqptimer.Config{Logger: cfg.Logger})
+		if err != nil {
+			return opened, fmt.Errorf("--timers: %w", err)
+		}
+		cfg.Scheduler = s
+		opened.close, opened.ping = s.Close, s.Ping
 	default:
-		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,… or nats://host:4222)", redact.URL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec))
 	}
 	return opened, nil
 }

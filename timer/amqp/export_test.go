@@ -1,0 +1,19 @@
+package amqp
+
+import amqp091 "github.com/rabbitmq/amqp091-go"
+
+// Names returns the exchanges and queues of prefix with levels, for tests
+// that look at them: the level queues from 0 up, then the ready queue, the
+// seed marker's queue and the seed lock's queue.
+func Names(prefix string, levels int) (levelQueues []string, ready, marker, lock string) {
+	n := names{prefix: prefix, levels: levels}
+	for k := range levels {
+		levelQueues = append(levelQueues, n.level(k))
+	}
+	return levelQueues, n.ready(), n.marker(), n.lock()
+}
+
+// DeleteTopology deletes every exchange and queue of prefix with levels.
+func DeleteTopology(ch *amqp091.Channel, prefix string, levels int) error {
+	return deleteTopology(ch, names{prefix: prefix, levels: levels})
+}

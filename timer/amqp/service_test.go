@@ -1,0 +1,189 @@
+package amqp_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/sqlite"
+	"github.com/lapsehq/lapse/store/storetest"
+	amqptimer "github.com/lapsehq/lapse/timer/amqp"
+)
+
+// The service on RabbitMQ timers, end to end: orders with deadlines spread
+// over two seconds, one in five paid before its deadline. Every unpaid order
+// is cancelled once, never before its deadline and within a bound after it;
+// no paid order is cancelled, although its timer (which Unschedule cannot
+// remove) is delivered and skipped. The fallback sweep is off, so the timers
+// are what cancels.
+func TestServiceCancelsOrdersOnTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	storetest.Stock(t, st, n, "sku")
+	prefix := newPrefix(t, amqptimer.DefaultLevels)
+	logger := slog.New(slog.DiscardHandler)
+	timers := mustOpen(t, amqptimer.Config{Prefix: prefix, Logger: logger, LossCheck: lossCheck})
+	svc, err := lapse.New(lapse.Config{Store: st, Scheduler: timers, SweepInterval: -1, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	// The new topology has no seed marker: the service's seed runs first
+	// (an empty store), and orders created after it are not seeded twice.
+	waitStats(t, timers, "the first seed", 5*time.Second, func(st amqptimer.Stats) bool { return st.Seeds == 1 })
+
+	paid := func(i int) bool { return i%5 == 0 }
+	id := func(i int) string { return fmt.Sprintf("o-%03d.x", i) } // a '.' as order ids may have
+	// SQLite under the race detector creates a few dozen orders a second:
+	// base leaves time to create them all first.
+	start := time.Now()
+	base := start.Add(2500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() {
+			for i := c; i < n; i += 4 {
+				deadline := base.Add(time.Duration(i) * 2 * time.Second / n)
+				if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
+					ID: id(i), Items: []order.Item{{SKU: "sku", Qty: 1}}, AmountCents: 100,
+					Timeout: max(time.Until(deadline), time.Millisecond),
+				}); err != nil {
+					t.Errorf("create %s: %v", id(i), err)
+					return
+				}
+				if !paid(i) {
+					continue
+				}
+				if _, err := svc.Pay(ctx, id(i)); err != nil {
+					t.Errorf("pay %s: %v", id(i), err)
+					return
+				}
+				if _, err := svc.Notify(ctx, lapse.Notification{
+					OrderID: id(i), PaymentID: id(i) + "-1", Status: lapse.PaymentSucceeded, AmountCents: 100, CallbackID: "cb-" + id(i),
+				}); err != nil {
+					t.Errorf("notify %s: %v", id(i), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	t.Logf("created %d orders in %v", n, time.Since(start).Round(time.Millisecond))
+
+	last := base.Add(2 * time.Second)
+	deadline := time.Now().Add(time.Until(last) + 10*time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rep, err := svc.List(ctx, store.ListOrdersParams{Status: order.Pending, Limit: 1})
+		if err == nil && len(rep.Orders) == 0 && metric(t, svc, "lapse_cancel_batch_size") >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orders still pending, or timers of paid orders not delivered, 10s after the last deadline (%v)", err)
+		}
+		<-tick.C
+	}
+	// Watch a moment past the last deadline for a late cancel of a paid order.
+	time.Sleep(time.Until(last) + quiet)
+	var maxLate time.Duration
+	cancelled := 0
+	for i := range n {
+		o, err := svc.Get(ctx, id(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if paid(i) {
+			if o.Status != order.Paid {
+				t.Errorf("%s: paid, now %s", o.ID, o.Status)
+			}
+			continue
+		}
+		if o.Status != order.Cancelled {
+			t.Errorf("%s: %s, want CANCELLED", o.ID, o.Status)
+			continue
+		}
+		cancelled++
+		if o.CancelledAt.Before(o.CancelAfter) {
+			t.Errorf("%s: cancelled %v before cancel_after", o.ID, o.CancelAfter.Sub(o.CancelledAt))
+		}
+		late := o.CancelledAt.Sub(o.CancelAfter)
+		if o.CreatedAt.After(o.CancelAfter) {
+			late = o.CancelledAt.Sub(o.CreatedAt)
+		}
+		maxLate = max(maxLate, late)
+		if late > 3*time.Second {
+			t.Errorf("%s: cancelled %v after cancel_after", o.ID, late)
+		}
+	}
+	// Each timer was delivered once, paid orders' too: the cancel batches
+	// handled every order once, and none came early.
+	if got := metric(t, svc, "lapse_cancel_batch_size"); got != n {
+		t.Errorf("the cancel batches handled %v timers, want %d (one per order)", got, n)
+	}
+	if got := metric(t, svc, "lapse_orders_cancelled_total"); got != float64(cancelled) {
+		t.Errorf("lapse_orders_cancelled_total %v, want %d", got, cancelled)
+	}
+	if got := metric(t, svc, "lapse_timers_early_total"); got != 0 {
+		t.Errorf("%v timers delivered before their deadline", got)
+	}
+	if got := timers.Stats().Losses; got != 0 {
+		t.Errorf("%d data losses seen where none happened", got)
+	}
+	if got := timers.Stats().Unscheduled; got != uint64(n-cancelled) {
+		t.Errorf("Stats.Unscheduled %d, want %d (one per paid order)", got, n-cancelled)
+	}
+	t.Logf("%d orders cancelled, %d paid; latest cancel %v after its deadline", cancelled, n-cancelled, maxLate.Round(time.Millisecond))
+	storetest.AuditOK(t, st)
+}
+
+// metric returns a counter's value, or a histogram's sum of samples, from
+// the service's registry.
+func metric(t *testing.T, svc *lapse.Service, name string) float64 {
+	t.Helper()
+	families, err := svc.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		var v float64
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				v += h.GetSampleSum()
+			} else {
+				v += m.GetCounter().GetValue()
+			}
+		}
+		return v
+	}
+	return 0 // a labelled counter that was never set has no series
+}
