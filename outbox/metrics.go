@@ -54,6 +54,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// Disabled is the gauge that says sink was disabled by a 410 Gone.
+func (m *Metrics) Disabled(sink string) prometheus.Gauge {
+	return m.disabled.WithLabelValues(sink)
+}
+
 func (m *Metrics) observe(sink string, outcomes []store.Outcome, delivered []order.Event, at time.Time) {
 	m.published.WithLabelValues(sink).Add(float64(len(delivered)))
 	h := m.delivery.WithLabelValues(sink)

@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +47,8 @@ type Relay struct {
 
 	wakeOnce sync.Once
 	wakes    []chan struct{}
+	// txs bounds the relay's store transactions in flight (StoreConns).
+	txs chan struct{}
 }
 
 // Config tunes a Relay; the zero value takes every default.
@@ -62,6 +65,12 @@ type Config struct {
 	// once: while one is being published, another is claimed or settled.
 	// Defaults to 3.
 	Workers int
+	// StoreConns bounds the store transactions (claims and settles) the
+	// relay has in flight at once, all sinks together, so that however many
+	// sinks and workers there are, the relay never holds more than this many
+	// of the store's connections: creates and cancels keep the rest.
+	// Defaults to 2.
+	StoreConns int
 	// Lease is how long a claim holds its events. A batch is published
 	// within 4/5 of it, or its unconfirmed events are failed and retried.
 	// Defaults to 30 s.
@@ -98,6 +107,9 @@ func (r *Relay) setDefaults() {
 	}
 	if r.Workers <= 0 {
 		r.Workers = 3
+	}
+	if r.StoreConns <= 0 {
+		r.StoreConns = 2
 	}
 	if r.Lease <= 0 {
 		r.Lease = 30 * time.Second
@@ -149,6 +161,7 @@ func (r *Relay) Notify() {
 func (r *Relay) Run(ctx context.Context) error {
 	r.setDefaults()
 	r.initWakes()
+	r.txs = make(chan struct{}, r.StoreConns)
 	names := make([]string, len(r.Sinks))
 	seen := map[string]bool{}
 	for i, s := range r.Sinks {
@@ -172,8 +185,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for i, s := range r.Sinks {
+		gone := new(atomic.Bool) // a 410 stops every worker of the sink
 		for range r.Workers {
-			wg.Go(func() { r.runSink(ctx, s, r.wakes[i]) })
+			wg.Go(func() { r.runSink(ctx, s, r.wakes[i], gone) })
 		}
 	}
 	wg.Go(func() { r.runRetention(ctx, names) })
@@ -185,7 +199,7 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // runSink is one sink's loop: claim, publish, settle.
-func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}) {
+func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}, gone *atomic.Bool) {
 	policy := DefaultPolicy
 	if ps, ok := s.(PolicySink); ok {
 		policy = ps.Policy()
@@ -194,12 +208,18 @@ func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}) {
 	log := r.Logger.With("sink", s.Name(), "relay", owner)
 	failures := 0
 	for ctx.Err() == nil {
-		n, ok, gone, err := r.pass(ctx, s, policy, log)
+		if gone.Load() {
+			<-ctx.Done()
+			return
+		}
+		n, ok, isGone, err := r.pass(ctx, s, policy, log, gone)
 		switch {
-		case gone:
-			log.Error("outbox: the sink's destination is gone (410); its events wait until lapse restarts with the sink fixed or removed")
-			if r.Metrics != nil {
-				r.Metrics.disabled.WithLabelValues(s.Name()).Set(1)
+		case isGone:
+			if !gone.Swap(true) {
+				log.Error("outbox: the sink's destination is gone (410); its events wait until lapse restarts with the sink fixed or removed")
+				if r.Metrics != nil {
+					r.Metrics.disabled.WithLabelValues(s.Name()).Set(1)
+				}
 			}
 			<-ctx.Done()
 			return
@@ -223,11 +243,14 @@ func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}) {
 			sleep(ctx, r.Linger)
 		}
 	}
+	if gone.Load() {
+		return
+	}
 	// The last pass: what this instance committed just before stopping.
 	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for flush.Err() == nil {
-		if n, _, _, err := r.pass(flush, s, policy, log); err != nil || n < r.BatchSize {
+		if n, _, _, err := r.pass(flush, s, policy, log, gone); err != nil || n < r.BatchSize {
 			return
 		}
 	}
@@ -236,9 +259,13 @@ func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}) {
 // pass claims one batch for s, publishes it and settles it. It returns how
 // many events it claimed and how many were delivered; gone when the sink
 // said its destination no longer exists.
-func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logger) (n, ok int, gone bool, err error) {
+func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logger, disabled *atomic.Bool) (n, ok int, gone bool, err error) {
+	if err := r.acquire(ctx); err != nil {
+		return 0, 0, false, nil // stopping
+	}
 	start := time.Now()
 	ds, err := r.Store.ClaimEvents(ctx, store.ClaimEventsParams{Sink: s.Name(), Limit: r.BatchSize, Lease: r.Lease})
+	r.release()
 	if err != nil || len(ds) == 0 {
 		return 0, 0, false, err
 	}
@@ -252,7 +279,14 @@ func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logge
 	// than abandoning it at once (its confirmed events are then settled).
 	pctx, endPublish := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.Lease*4/5))
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, endPublish) })
-	errs := checkResults(s, len(evs), s.Publish(pctx, evs))
+	var errs []error
+	if disabled.Load() {
+		// Another worker met a 410 while this one claimed: hand the batch
+		// back untouched (due again at once, at the next start).
+		errs = ErrorsFor(len(evs), fmt.Errorf("sink disabled: %w", ErrGone))
+	} else {
+		errs = checkResults(s, len(evs), s.Publish(pctx, evs))
+	}
 	stopGrace()
 	endPublish()
 	at := time.Now()
@@ -278,7 +312,12 @@ func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logge
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := r.Store.SettleEvents(sctx, s.Name(), outcomes); err != nil {
+	if err := r.acquire(sctx); err != nil {
+		return len(ds), 0, gone, fmt.Errorf("settle: %w", err)
+	}
+	err = r.Store.SettleEvents(sctx, s.Name(), outcomes)
+	r.release()
+	if err != nil {
 		// The confirmed events go again when their lease runs out: a
 		// duplicate, never a loss.
 		return len(ds), 0, gone, fmt.Errorf("settle: %w", err)
@@ -294,6 +333,18 @@ func (r *Relay) pass(ctx context.Context, s Sink, policy Policy, log *slog.Logge
 	}
 	return len(ds), len(delivered), gone, nil
 }
+
+// acquire takes one of the relay's store transactions (StoreConns).
+func (r *Relay) acquire(ctx context.Context) error {
+	select {
+	case r.txs <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Relay) release() { <-r.txs }
 
 // shutdownGrace is how long a batch being published may go on once the
 // relay is told to stop.

@@ -18,6 +18,8 @@ import (
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // recorder is a sink that fails the first failures calls, then records.
@@ -298,8 +300,18 @@ func TestRelayGoneDisablesOneSink(t *testing.T) {
 	storetest.Create(t, st, "o", "a")
 	gone := newScripted("gone", func(order.Event, int) error { return fmt.Errorf("410: %w", outbox.ErrGone) })
 	ok := newScripted("ok", nil)
-	run(t, &outbox.Relay{Store: st, Sinks: []outbox.Sink{gone, ok}, Config: fastConfig()})
+	reg := prometheus.NewRegistry()
+	m, err := outbox.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig()
+	cfg.Metrics = m
+	run(t, &outbox.Relay{Store: st, Sinks: []outbox.Sink{gone, ok}, Config: cfg})
 	waitUntil(t, "ok to deliver", func() bool { return len(ok.delivered()) == 1 })
+	waitUntil(t, "the gone sink to be disabled", func() bool {
+		return testutil.ToFloat64(m.Disabled("gone")) == 1
+	})
 	storetest.Create(t, st, "p", "a")
 	waitUntil(t, "ok to deliver the second", func() bool { return len(ok.delivered()) == 2 })
 	gone.mu.Lock()

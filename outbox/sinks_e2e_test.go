@@ -7,13 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -28,7 +29,7 @@ import (
 	natssink "github.com/lapsehq/lapse/outbox/nats"
 	"github.com/lapsehq/lapse/outbox/rabbitmq"
 	"github.com/lapsehq/lapse/outbox/webhook"
-	"github.com/lapsehq/lapse/store/sqlite"
+	"github.com/lapsehq/lapse/store/postgres"
 )
 
 // arrival is one event as a destination received it.
@@ -114,7 +115,9 @@ func webhookDest(t *testing.T, secret string) (*arrivals, string) {
 // order, while the RabbitMQ connection is cut and restored mid-run.
 func TestEveryEventReachesEverySink(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "e2e.db")})
+	// PostgreSQL, as in production (and the pure-Go SQLite is slow under
+	// the race detector, which this run must not measure).
+	st, err := postgres.Open(ctx, postgres.Config{URL: postgresSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +175,7 @@ func TestEveryEventReachesEverySink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	started := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	cut := make(chan struct{})
@@ -204,13 +208,19 @@ func TestEveryEventReachesEverySink(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	t.Logf("%d orders created in %s", orders, time.Since(started).Round(time.Millisecond))
 
 	want := 2 * orders // created, then cancelled at the timeout
 	deadline := time.Now().Add(3 * time.Minute)
+	lastLog := time.Now()
 	for {
 		h, m, k, n := hookGot.distinct(), len(distinctIDs(mqGot())), kafkaGot.distinct(), natsGot.distinct()
 		if h >= want && m >= want && k >= want && n >= want {
 			break
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			t.Logf("%s: webhook %d, RabbitMQ %d, Kafka %d, NATS %d", time.Since(started).Round(time.Second), h, m, k, n)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after 3 minutes: webhook %d, RabbitMQ %d, Kafka %d, NATS %d distinct events of %d", h, m, k, n, want)
@@ -317,6 +327,40 @@ func natsDest(t *testing.T) (*natssink.Sink, *arrivals) {
 	}
 	t.Cleanup(cc.Stop)
 	return sink, got
+}
+
+// postgresSchema returns LAPSE_TEST_POSTGRES pointed at a schema of the
+// test's own, dropped when it ends.
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("LAPSE_TEST_POSTGRES")
+	if base == "" {
+		t.Skip("set LAPSE_TEST_POSTGRES=postgres://… to run")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL: %v", err)
+	}
+	defer conn.Close(ctx)
+	schema := fmt.Sprintf("lapse_outbox_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), base); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func distinctIDs(got []arrival) map[string]bool {

@@ -660,3 +660,56 @@ func firstColumn(t *testing.T, db interface {
 	}
 	return out
 }
+
+// The outbox claim finds each order's first pending event by probing the
+// (sink, order_id, seq) index with both the sink and the order id, however
+// stale the table's statistics, in the custom and in the generic plan.
+// Statistics taken while the table was nearly empty — as autovacuum takes
+// them when a relay starts — made the NOT EXISTS form probe by sink alone,
+// reading every pending row once per candidate: a relay stalled at a few
+// thousand pending events.
+func TestOutboxClaimWalksTheIndexWithStaleStatistics(t *testing.T) {
+	t.Parallel()
+	_, u := open(t, clock.Real{})
+	ctx := context.Background()
+	conn := connect(t, u)
+	_, err := conn.Exec(ctx, `
+INSERT INTO outbox_deliveries (sink, seq, order_id, next_at) VALUES ('hook', 0, 'o0', now());
+ANALYZE outbox_deliveries;
+INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
+SELECT 'hook', g, 'o' || (g / 2), now() FROM generate_series(1, 20000) AS g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	explain := func(mode string) string {
+		n++
+		name := fmt.Sprintf("claim_q%d", n)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "PREPARE "+name+" (text, int, timestamptz, timestamptz) AS "+postgres.Query("claim_deliveries")); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+" ('hook', 500, now(), now() + interval '30 s')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		p := explain("SET LOCAL plan_cache_mode = " + mode)
+		if strings.Contains(p, "Seq Scan on outbox_deliveries") || !strings.Contains(p, "AND (order_id = d.order_id))") {
+			t.Errorf("%s: the claim does not probe outbox_deliveries_order by sink and order id:\n%s", mode, p)
+		}
+	}
+}

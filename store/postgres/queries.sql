@@ -374,14 +374,20 @@ UPDATE outbox o SET fanned_out = true FROM f WHERE o.seq = f.seq;
 
 -- name: claim_deliveries
 -- Params: sink, limit, now, lease until. The first pending seq of each
--- order only (NOT EXISTS), rows other claims hold skipped: one event of an
--- order in flight per sink.
+-- order only, rows other claims hold skipped: one event of an order in
+-- flight per sink. The head is found as "the lowest seq of (sink, order)",
+-- a LIMIT 1 walk of outbox_deliveries_order: written as NOT EXISTS (a lower
+-- seq), the planner — with statistics taken while the table was nearly
+-- empty — probed that index by sink alone, reading every pending row of the
+-- sink once per candidate, and a relay stalled at a few thousand pending
+-- events (TestOutboxClaimWalksTheIndexWithStaleStatistics).
 WITH c AS (
     SELECT d.sink, d.seq FROM outbox_deliveries d
     WHERE d.sink = $1 AND NOT d.dead AND d.next_at <= $3
-      AND NOT EXISTS (
-          SELECT 1 FROM outbox_deliveries p
-          WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
+      AND d.seq = (
+          SELECT p.seq FROM outbox_deliveries p
+          WHERE p.sink = $1 AND p.order_id = d.order_id
+          ORDER BY p.sink, p.order_id, p.seq LIMIT 1)
     ORDER BY d.seq LIMIT $2
     FOR UPDATE OF d SKIP LOCKED
 ), u AS (
