@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +184,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+	r.warnForeignSinks(ctx, names)
 	var wg sync.WaitGroup
 	for i, s := range r.Sinks {
 		gone := new(atomic.Bool) // a 410 stops every worker of the sink
@@ -378,6 +380,23 @@ func (r *Relay) outcome(d store.Delivery, err error, p Policy) (store.Outcome, b
 		(p.MaxAge > 0 && refusedFor >= p.MaxAge)
 	o.RetryIn = max(backoff(refusals, r.RetryBase, r.RetryMax), refused.RetryAfter)
 	return o, false
+}
+
+// warnForeignSinks logs the registered sinks this relay does not run:
+// events keep being fanned out to them, and if no instance runs one any
+// more they wait for ever (and are never pruned) until an operator forgets
+// it.
+func (r *Relay) warnForeignSinks(ctx context.Context, mine []string) {
+	st, err := r.Store.OutboxStats(ctx)
+	if err != nil {
+		return
+	}
+	for _, s := range st.Sinks {
+		if !slices.Contains(mine, s.Sink) {
+			r.Logger.Warn("outbox: a sink is registered that this instance does not run; if no instance runs it any more, its events wait for ever: lapse events forget-sink NAME",
+				"sink", s.Sink, "pending", s.Pending, "dead", s.Dead)
+		}
+	}
 }
 
 // runRetention deletes published events past retention, 1,000 at a time,

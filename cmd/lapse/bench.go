@@ -278,7 +278,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		sinks := []outbox.Sink{outbox.DiscardSink{}}
 		var outboxCfg outbox.Config
-		if len(sinkFl.sinks) > 0 {
+		if len(sinkFl.sinks) == 0 {
+			// The run's discard sink is forgotten afterwards, or every later
+			// event in this database would wait for it.
+			forget, err := forgetNewSinks(ctx, st, sinkNames(sinks), stderr)
+			if err != nil {
+				return err
+			}
+			defer forget()
+		} else {
 			var closeSinks func()
 			if outboxCfg, err = sinkFl.config(logger); err != nil {
 				return usage("%v", err)
