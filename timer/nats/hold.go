@@ -22,7 +22,11 @@ type hold struct {
 	mu    sync.Mutex
 	items heldHeap
 	keys  map[string]int // held items per key, so drop skips most calls
-	wake  chan struct{}  // a new item, or room
+	// tombs are the keys unscheduled lately: a timer of one that was
+	// already fired and on its way here (pulled, not yet held) is dropped
+	// when it arrives. A Schedule of the key lifts its tomb.
+	tombs map[string]time.Time
+	wake  chan struct{} // a new item, or room
 }
 
 type heldItem struct {
@@ -49,7 +53,7 @@ func (h *heldHeap) Pop() any {
 }
 
 func newHold(ackWait time.Duration, log *slog.Logger) *hold {
-	return &hold{ackWait: ackWait, log: log, wake: make(chan struct{}, 1), keys: map[string]int{}}
+	return &hold{ackWait: ackWait, log: log, wake: make(chan struct{}, 1), keys: map[string]int{}, tombs: map[string]time.Time{}}
 }
 
 // holdSlack is how much earlier than its lead a timer may arrive and still
@@ -66,6 +70,16 @@ func (h *hold) add(m jetstream.Msg, t timer.Timer, lead time.Duration) {
 		seq = md.Sequence.Stream
 	}
 	h.mu.Lock()
+	if at, ok := h.tombs[t.Key]; ok {
+		if time.Since(at) < tombLife {
+			h.mu.Unlock()
+			if err := m.Ack(); err != nil {
+				h.log.Debug("nats timers: acknowledge an unscheduled timer failed", "err", err)
+			}
+			return
+		}
+		delete(h.tombs, t.Key)
+	}
 	heap.Push(&h.items, heldItem{m: m, t: t, at: at, seq: seq})
 	h.keys[t.Key]++
 	h.mu.Unlock()
@@ -77,6 +91,33 @@ func (h *hold) signal() {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// tombLife is how long an Unschedule keeps dropping the key's timers that
+// were fired before it: longer than a fired timer can take to be pulled.
+const tombLife = 30 * time.Second
+
+// bury records that key was unscheduled (see tombs), and forgets tombs
+// past tombLife.
+func (h *hold) bury(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if len(h.tombs) > 1024 {
+		for k, at := range h.tombs {
+			if now.Sub(at) >= tombLife {
+				delete(h.tombs, k)
+			}
+		}
+	}
+	h.tombs[key] = now
+}
+
+// unbury lifts key's tomb: it was scheduled again.
+func (h *hold) unbury(key string) {
+	h.mu.Lock()
+	delete(h.tombs, key)
+	h.mu.Unlock()
 }
 
 // drop removes the held timers of key fired before stream sequence before

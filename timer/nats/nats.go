@@ -425,6 +425,7 @@ func (s *Scheduler) Schedule(ctx context.Context, key string, due time.Time) err
 	}
 	// A fired timer of key this instance holds is superseded.
 	if h := s.held.Load(); h != nil {
+		h.unbury(key)
 		h.drop(key, seq)
 	}
 	return nil
@@ -510,6 +511,7 @@ func (s *Scheduler) Unschedule(ctx context.Context, key string) error {
 	// too. (One another instance holds may still be delivered: the store's
 	// guard skips it.)
 	if h := s.held.Load(); h != nil {
+		h.bury(key)
 		h.drop(key, math.MaxUint64)
 	}
 	return nil
