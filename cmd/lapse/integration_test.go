@@ -254,41 +254,7 @@ func settled(t *testing.T, s *server, within time.Duration) []time.Duration {
 // timers come back after their lease, and the audit passes.
 func TestTwoInstancesOnRedisOneKilled(t *testing.T) {
 	t.Parallel()
-	storeURL, timers := postgresURL(t), redisURL(t, 8)
-	if out, code := lapseCmd(t, nil, "migrate", "--store", storeURL); code != 0 {
-		t.Fatalf("migrate: %s", out)
-	}
-	var servers []*server
-	for range 2 {
-		servers = append(servers, startServe(t, nil, "--store", storeURL, "--timers", timers, "--grace", "0s",
-			"--sweep-interval", "0", "--no-migrate"))
-	}
-	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
-	const orders = 300
-	first := time.Now().Add(3 * time.Second)
-	placeOrders(t, servers, "r", orders, first, 3*time.Second)
-	if t.Failed() {
-		return
-	}
-	time.Sleep(time.Until(first.Add(1500 * time.Millisecond)))
-	if err := servers[1].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-servers[1].done
-	late := settled(t, servers[0], 40*time.Second)
-	if len(late) != orders {
-		t.Fatalf("%d orders cancelled for timeout, want %d", len(late), orders)
-	}
-	for _, l := range late {
-		if l < 0 {
-			t.Fatalf("an order was cancelled %s before its deadline", -l)
-		}
-	}
-	servers[0].stop()
-	out, code := lapseCmd(t, nil, "audit", "--store", storeURL)
-	if code != 0 || !strings.Contains(out, "every invariant holds") {
-		t.Fatalf("audit exit %d:\n%s", code, out)
-	}
+	twoInstancesOneKilled(t, redisURL(t, 8), 300, 40*time.Second)
 }
 
 // Redis loses its data (FLUSHDB) while deadlines fire, with the fallback sweep

@@ -15,7 +15,7 @@ import (
 // twoInstancesOneKilled runs two lapse serve on one PostgreSQL with timers,
 // kills one (SIGKILL) while deadlines fall due, and checks that every order
 // is cancelled exactly once, none early, and that the audit holds.
-func twoInstancesOneKilled(t *testing.T, timers string, within time.Duration) {
+func twoInstancesOneKilled(t *testing.T, timers string, orders int, within time.Duration) {
 	t.Helper()
 	storeURL := postgresURL(t)
 	if out, code := lapseCmd(t, nil, "migrate", "--store", storeURL); code != 0 {
@@ -27,7 +27,6 @@ func twoInstancesOneKilled(t *testing.T, timers string, within time.Duration) {
 			"--sweep-interval", "0", "--no-migrate"))
 	}
 	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
-	const orders = 200
 	first := time.Now().Add(3 * time.Second)
 	placeOrders(t, servers, "k", orders, first, 3*time.Second)
 	if t.Failed() {
@@ -68,7 +67,7 @@ func TestTwoInstancesOnAMQPOneKilled(t *testing.T) {
 	prefix := "lapsetest.killed." + hex.EncodeToString(b)
 	const levels = 8 // 100 ms × 255: 25 s, enough for these deadlines
 	t.Cleanup(func() { deleteAMQPTimers(t, broker, prefix, levels) })
-	twoInstancesOneKilled(t, fmt.Sprintf("%s?prefix=%s&levels=%d", broker, prefix, levels), 40*time.Second)
+	twoInstancesOneKilled(t, fmt.Sprintf("%s?prefix=%s&levels=%d", broker, prefix, levels), 200, 40*time.Second)
 }
 
 // NATS timers on an embedded nats-server 2.15 (message schedules need
@@ -85,5 +84,5 @@ func TestTwoInstancesOnNATSOneKilled(t *testing.T) {
 		t.Fatal("embedded nats-server not ready in 10 s")
 	}
 	t.Cleanup(srv.Shutdown)
-	twoInstancesOneKilled(t, srv.ClientURL(), 40*time.Second)
+	twoInstancesOneKilled(t, srv.ClientURL(), 200, 40*time.Second)
 }
