@@ -73,3 +73,35 @@ type Seeder interface {
 type BatchScheduler interface {
 	ScheduleMany(ctx context.Context, timers []Timer) error
 }
+
+// Watch runs check at once, then every interval and whenever wake fires
+// (a nil wake never does), until ctx ends. After a failure the next check
+// waits at least Backoff of the failures in a row, and failed hears of it
+// (the error, how many in a row, the wait). The data-loss checks of the
+// backends that keep timers outside the process (Redis, NATS, RabbitMQ) run
+// on it.
+func Watch(ctx context.Context, interval time.Duration, wake <-chan struct{}, check func(context.Context) error, failed func(err error, failures int, retryIn time.Duration)) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wake:
+		}
+		next := interval
+		if err := check(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			next = max(next, Backoff(failures))
+			failed(err, failures, next)
+		} else {
+			failures = 0
+		}
+		t.Reset(next)
+	}
+}

@@ -181,37 +181,18 @@ func (c *checkConn) close() {
 // watch runs the data-loss check every LossCheck, and when woken (a timer
 // returned unroutable), until ctx ends.
 func (s *Scheduler) watch(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	var (
-		failures int
-		owed     bool // a loss was seen and no seed has covered it yet
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.wake:
-		}
-		next := s.cfg.LossCheck
+	owed := false // a loss was seen and no seed has covered it yet
+	timer.Watch(ctx, s.cfg.LossCheck, s.wake, func(ctx context.Context) error {
 		var err error
-		if owed, err = s.check(ctx, owed); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			next = max(next, timer.Backoff(failures))
-			if failures == 1 {
-				s.log.Error("amqp timers: data-loss check failed; retrying", "in", next, "err", err)
-			} else {
-				s.log.Debug("amqp timers: data-loss check failed again", "in", next, "err", err)
-			}
+		owed, err = s.check(ctx, owed)
+		return err
+	}, func(err error, failures int, next time.Duration) {
+		if failures == 1 {
+			s.log.Error("amqp timers: data-loss check failed; retrying", "in", next, "err", err)
 		} else {
-			failures = 0
+			s.log.Debug("amqp timers: data-loss check failed again", "in", next, "err", err)
 		}
-		t.Reset(next)
-	}
+	})
 }
 
 // inspection is what a look at the topology found.

@@ -37,30 +37,14 @@ var errTaken = errors.New("the seed marker changed")
 // when it is missing. It runs beside the consumer: a seed blocks neither
 // Schedule nor deliveries.
 func (s *Scheduler) watch(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		next := s.cfg.LossCheck
+	timer.Watch(ctx, s.cfg.LossCheck, nil, func(ctx context.Context) error {
 		if seed := s.seedFunc(); seed != nil {
-			if err := s.checkSeeded(ctx, seed); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				failures++
-				next = max(next, timer.Backoff(failures))
-				s.log.Error("nats timers: data-loss check or seed failed; retrying", "in", next, "err", err)
-			} else {
-				failures = 0
-			}
+			return s.checkSeeded(ctx, seed)
 		}
-		t.Reset(next)
-	}
+		return nil
+	}, func(err error, _ int, next time.Duration) {
+		s.log.Error("nats timers: data-loss check or seed failed; retrying", "in", next, "err", err)
+	})
 }
 
 // checkSeeded seeds the timers from the store if the seed marker is missing

@@ -25,30 +25,14 @@ const (
 // when one is missing. It runs beside the workers: a seed blocks neither
 // Schedule nor deliveries.
 func (s *Scheduler) watch(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		next := s.cfg.LossCheck
+	timer.Watch(ctx, s.cfg.LossCheck, nil, func(ctx context.Context) error {
 		if seed := s.seedFunc(); seed != nil {
-			if err := s.checkSeeded(ctx, seed); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				failures++
-				next = max(next, timer.Backoff(failures))
-				s.log.Error("redis timers: data-loss check or seed failed; retrying", "in", next, "err", err)
-			} else {
-				failures = 0
-			}
+			return s.checkSeeded(ctx, seed)
 		}
-		t.Reset(next)
-	}
+		return nil
+	}, func(err error, _ int, next time.Duration) {
+		s.log.Error("redis timers: data-loss check or seed failed; retrying", "in", next, "err", err)
+	})
 }
 
 // checkSeeded seeds the timers from the store if a shard's seed marker is
