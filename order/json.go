@@ -30,6 +30,74 @@ type orderJSON struct {
 	PaymentAttempts int            `json:"payment_attempts"`
 	Version         int64          `json:"version"`
 	Payments        *[]paymentJSON `json:"payments,omitempty"`
+	ReservationID   string         `json:"reservation_id,omitempty"`
+	Tasks           *[]taskJSON    `json:"tasks,omitempty"`
+}
+
+// taskJSON is the wire shape of a stock task.
+type taskJSON struct {
+	ID            string     `json:"id"`
+	OrderID       string     `json:"order_id"`
+	Action        TaskAction `json:"action"`
+	ReservationID string     `json:"reservation_id"`
+	Items         []Item     `json:"items"`
+	Status        TaskStatus `json:"status"`
+	Attempts      int        `json:"attempts"`
+	Result        string     `json:"result,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	CreatedAt     string     `json:"created_at"`
+	NextAt        string     `json:"next_at,omitempty"`
+	DoneAt        string     `json:"done_at,omitempty"`
+	DeadAt        string     `json:"dead_at,omitempty"`
+}
+
+// MarshalJSON renders the API shape of a stock task.
+func (t StockTask) MarshalJSON() ([]byte, error) { return json.Marshal(t.wire()) }
+
+func (t StockTask) wire() taskJSON {
+	j := taskJSON{ID: t.ID, OrderID: t.OrderID, Action: t.Action, ReservationID: t.ReservationID, Items: t.Items,
+		Status: t.Status, Attempts: t.Attempts, Result: t.Result, LastError: t.LastError, CreatedAt: FormatTime(t.CreatedAt)}
+	if j.Items == nil {
+		j.Items = []Item{}
+	}
+	if t.Status == TaskPending && !t.NextAt.IsZero() {
+		j.NextAt = FormatTime(t.NextAt)
+	}
+	if !t.DoneAt.IsZero() {
+		j.DoneAt = FormatTime(t.DoneAt)
+	}
+	if !t.DeadAt.IsZero() {
+		j.DeadAt = FormatTime(t.DeadAt)
+	}
+	return j
+}
+
+// UnmarshalJSON reads the API shape of a stock task.
+func (t *StockTask) UnmarshalJSON(b []byte) error {
+	var j taskJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	return t.fromWire(j)
+}
+
+func (t *StockTask) fromWire(j taskJSON) error {
+	*t = StockTask{ID: j.ID, OrderID: j.OrderID, Action: j.Action, ReservationID: j.ReservationID, Items: j.Items,
+		Status: j.Status, Attempts: j.Attempts, Result: j.Result, LastError: j.LastError}
+	for _, f := range []struct {
+		dst *time.Time
+		src string
+	}{{&t.CreatedAt, j.CreatedAt}, {&t.NextAt, j.NextAt}, {&t.DoneAt, j.DoneAt}, {&t.DeadAt, j.DeadAt}} {
+		if f.src == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, f.src)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	return nil
 }
 
 // paymentJSON is the wire shape of a payment attempt.
@@ -47,7 +115,14 @@ func (o Order) MarshalJSON() ([]byte, error) {
 		ID: o.ID, Status: o.Status, Items: o.Items, AmountCents: o.AmountCents, Currency: o.Currency,
 		CreatedAt: FormatTime(o.CreatedAt), ExpiresAt: FormatTime(o.ExpiresAt), CancelAfter: FormatTime(o.CancelAfter),
 		CancelReason: o.CancelReason, PaymentID: o.PaymentID, RefundRequired: o.RefundRequired,
-		PaymentAttempts: o.PaymentAttempts, Version: o.Version,
+		PaymentAttempts: o.PaymentAttempts, Version: o.Version, ReservationID: o.ReservationID,
+	}
+	if o.Tasks != nil {
+		ts := make([]taskJSON, len(o.Tasks))
+		for i, t := range o.Tasks {
+			ts[i] = t.wire()
+		}
+		j.Tasks = &ts
 	}
 	if j.Items == nil {
 		j.Items = []Item{}
@@ -85,7 +160,15 @@ func (o *Order) UnmarshalJSON(b []byte) error {
 	*o = Order{
 		ID: j.ID, Status: j.Status, Items: j.Items, AmountCents: j.AmountCents, Currency: j.Currency,
 		CancelReason: j.CancelReason, PaymentID: j.PaymentID, RefundRequired: j.RefundRequired,
-		PaymentAttempts: j.PaymentAttempts, Version: j.Version,
+		PaymentAttempts: j.PaymentAttempts, Version: j.Version, ReservationID: j.ReservationID,
+	}
+	if j.Tasks != nil {
+		o.Tasks = make([]StockTask, len(*j.Tasks))
+		for i, t := range *j.Tasks {
+			if err := o.Tasks[i].fromWire(t); err != nil {
+				return err
+			}
+		}
 	}
 	type field struct {
 		dst *time.Time

@@ -72,6 +72,59 @@ type Order struct {
 	// Payments are the order's payment attempts, oldest first; only reads
 	// of one order load them (nil otherwise).
 	Payments []Payment
+	// ReservationID names the stock held for the order by a remote
+	// inventory (docs/sagas.md); "" when lapse holds the stock itself.
+	ReservationID string
+	// Tasks are the stock tasks of an order with a ReservationID, oldest
+	// first; only reads of one order load them.
+	Tasks []StockTask
+}
+
+// RemoteStock reports whether another service holds the order's stock:
+// its transitions write stock tasks instead of moving lapse's counters.
+func (o Order) RemoteStock() bool { return o.ReservationID != "" }
+
+// TaskAction is what a stock task asks of the remote inventory.
+type TaskAction string
+
+// Stock task actions (the inventory's commands).
+const (
+	TaskReserve TaskAction = "reserve"
+	TaskRelease TaskAction = "release"
+	TaskConfirm TaskAction = "confirm"
+)
+
+// TaskStatus is where a stock task stands.
+type TaskStatus string
+
+// Stock task statuses. A PENDING task is sent until the inventory answers;
+// DONE is final; a DEAD task waits for an operator's retry (never dropped).
+const (
+	TaskPending TaskStatus = "PENDING"
+	TaskDone    TaskStatus = "DONE"
+	TaskDead    TaskStatus = "DEAD"
+)
+
+// StockTask is one command to a remote inventory that a transition of an
+// order wrote in its own transaction: the local message table of the saga.
+// It exists once per (order, action).
+type StockTask struct {
+	ID            string
+	OrderID       string
+	Action        TaskAction
+	ReservationID string
+	Items         []Item
+	Status        TaskStatus
+	// Attempts counts sends (claims), the current one included.
+	Attempts int
+	// Result is the inventory's last answer (REPLENISH_SUCCESS,
+	// ALREADY_DONE, REJECTED), "" before one.
+	Result    string
+	LastError string
+	CreatedAt time.Time
+	NextAt    time.Time // when it is due again (while PENDING)
+	DoneAt    time.Time // zero unless DONE
+	DeadAt    time.Time // zero unless DEAD
 }
 
 // PaymentStatus is where one payment attempt stands.

@@ -43,6 +43,7 @@ type Store interface {
 	Orders
 	Stock
 	Outbox
+	Tasks
 	Auditor
 	// Migrate brings the schema to the newest version; a failed migration
 	// leaves the schema as it was.
@@ -61,9 +62,11 @@ type Orders interface {
 	// one transaction; any shortfall rolls everything back with
 	// ErrInsufficientStock. With an IdempotencyKey already used for the same
 	// request it returns the existing order and Replayed=true; for a different
-	// request, ErrIdempotencyMismatch.
+	// request, ErrIdempotencyMismatch. An order with a ReservationID (stock
+	// held by a remote inventory) reserves nothing here.
 	CreateOrder(ctx context.Context, p CreateOrderParams) (CreateOrderResult, error)
-	// GetOrder returns one order, its payment attempts loaded, or ErrNotFound.
+	// GetOrder returns one order, its payment attempts (and, for remote
+	// stock, its stock tasks) loaded, or ErrNotFound.
 	GetOrder(ctx context.Context, id string) (order.Order, error)
 	// ListOrders returns a page of orders, newest first.
 	ListOrders(ctx context.Context, p ListOrdersParams) (ListOrdersResult, error)
@@ -148,6 +151,10 @@ type CreateOrderParams struct {
 	// RequestHash identifies the request body for the idempotency key, so a
 	// key reused for a different order is refused rather than silently replayed.
 	RequestHash string
+	// ReservationID, when set, names the stock a remote inventory already
+	// holds for the order: lapse moves no counters of its own, and the
+	// order's cancel or payment writes a stock task (store.Tasks) instead.
+	ReservationID string
 }
 
 // NewOrder is the order a create of p writes at now: PENDING at version 1,
@@ -157,7 +164,7 @@ type CreateOrderParams struct {
 func (p CreateOrderParams) NewOrder(now time.Time) order.Order {
 	o := order.Order{
 		ID: p.ID, Status: order.Pending, Items: p.Items, AmountCents: p.AmountCents, Currency: p.Currency,
-		CreatedAt: now, Version: 1,
+		CreatedAt: now, Version: 1, ReservationID: p.ReservationID,
 	}
 	o.ExpiresAt = now.Add(p.Timeout).Truncate(time.Millisecond)
 	o.CancelAfter = o.ExpiresAt.Add(p.Grace).Truncate(time.Millisecond)

@@ -64,15 +64,34 @@ func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.
 }
 
 // NewEffects describes the effects of a transition of os: the ledger and
-// counters of move, and one event of type typ per order, its payload the
-// order as the API shows it.
+// counters of move for orders whose stock lapse holds, a stock task for
+// those whose stock a remote inventory holds, and one event of type typ per
+// order, its payload the order as the API shows it.
 func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effects, error) {
 	e := Effects{Now: now, Move: move, Type: typ}
-	if move != MoveNone {
-		e.IDs = orderIDs(os)
+	local := os
+	if slices.ContainsFunc(os, order.Order.RemoteStock) {
+		local = nil
+		for _, o := range os {
+			if !o.RemoteStock() {
+				local = append(local, o)
+				continue
+			}
+			if t, ok, err := newTask(move, o); err != nil {
+				return Effects{}, err
+			} else if ok {
+				e.Tasks = append(e.Tasks, t)
+			}
+		}
+		if len(local) == 0 {
+			e.Move = MoveNone
+		}
 	}
-	if move == MoveRelease || move == MoveCommit {
-		e.SKUs, e.Qtys = PerSKU(os)
+	if e.Move != MoveNone {
+		e.IDs = orderIDs(local)
+	}
+	if e.Move == MoveRelease || e.Move == MoveCommit {
+		e.SKUs, e.Qtys = PerSKU(local)
 	}
 	if typ != "" {
 		e.Events = make([]NewEvent, len(os))
@@ -85,6 +104,23 @@ func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effect
 		}
 	}
 	return e, nil
+}
+
+// taskActions is the stock task a movement of remote stock needs. A reserve
+// the caller made at the inventory needs none.
+var taskActions = map[Move]order.TaskAction{MoveRelease: order.TaskRelease, MoveCommit: order.TaskConfirm}
+
+// newTask is the stock task that move of o's remote stock writes, if any.
+func newTask(move Move, o order.Order) (NewTask, bool, error) {
+	action, ok := taskActions[move]
+	if !ok {
+		return NewTask{}, false, nil
+	}
+	items, err := json.Marshal(o.Items)
+	if err != nil {
+		return NewTask{}, false, fmt.Errorf("encode items of %s task for %s: %w", action, o.ID, err)
+	}
+	return NewTask{ID: uuid.Must(uuid.NewV7()).String(), OrderID: o.ID, Action: action, ReservationID: o.ReservationID, Items: items}, true, nil
 }
 
 // EventPayload is the payload of an event about o: schema_version first,

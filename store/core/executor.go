@@ -121,6 +121,27 @@ type Executor interface {
 	// published at now.
 	MarkPublished(ctx context.Context, seqs []int64, now time.Time) error
 	OutboxExecutor
+	TaskExecutor
+}
+
+// TaskExecutor runs the statements of the stock tasks (store.Tasks). Tasks
+// are written by WriteEffects (Effects.Tasks), beside the transition.
+type TaskExecutor interface {
+	// ClaimTasks leases up to limit PENDING tasks with next_at <= now,
+	// earliest first, skipping rows other claims hold: next_at becomes
+	// leaseUntil and attempts grows by one.
+	ClaimTasks(ctx context.Context, limit int, now, leaseUntil time.Time) ([]store.ClaimedTask, error)
+	// SettleTask records o on its row if the row is PENDING and its
+	// attempts still match: DONE (done_at = now), or one more failure with
+	// next_at, the error and, when dead, DEAD (dead_at = now).
+	SettleTask(ctx context.Context, o store.TaskOutcome, now, nextAt time.Time) error
+	// ListTasks pages tasks in id order (see store.ListTasksParams).
+	ListTasks(ctx context.Context, p store.ListTasksParams) ([]order.StockTask, error)
+	// RetryTasks makes the DEAD tasks p selects PENDING, due at now, with no
+	// failures since now, and returns how many.
+	RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error)
+	// TaskStats counts PENDING and DEAD tasks (Now is the caller's).
+	TaskStats(ctx context.Context) (store.TaskStats, error)
 }
 
 // OutboxExecutor runs the statements of the outbox (store.Outbox): sinks,
@@ -308,6 +329,19 @@ type Effects struct {
 	// Events are outbox rows of type Type, in order.
 	Type   string
 	Events []NewEvent
+	// Tasks are stock tasks of orders whose stock a remote inventory holds
+	// (those orders are not in IDs). Their key (order, action) refuses a
+	// second one as the ledger's does: ErrMovedTwice.
+	Tasks []NewTask
+}
+
+// NewTask is one stock task to write, PENDING and due at once.
+type NewTask struct {
+	ID            string // UUIDv7
+	OrderID       string
+	Action        order.TaskAction
+	ReservationID string
+	Items         []byte // JSON [{"sku","qty"}]
 }
 
 // NewEvent is one outbox row to write.

@@ -15,7 +15,9 @@ import (
 // together in groups (group.go) unless Config.CreateGroup is 1.
 func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	p.Items = store.ItemsBySKU(p.Items)
-	if s.groups != nil {
+	// A create whose stock a remote inventory holds locks no SKU row: a
+	// lone transaction is all it needs.
+	if s.groups != nil && p.ReservationID == "" {
 		return s.groups.create(ctx, p)
 	}
 	return s.createOne(ctx, p)
@@ -63,6 +65,9 @@ func (s *Store) createIn(ctx context.Context, tx *Tx, p store.CreateOrderParams)
 		return store.CreateOrderResult{}, fmt.Errorf("insert order: %w", err)
 	}
 	for _, it := range o.Items {
+		if o.RemoteStock() {
+			break
+		}
 		ok, err := tx.ReserveSKU(ctx, it.SKU, it.Qty, now)
 		if err != nil {
 			return store.CreateOrderResult{}, fmt.Errorf("reserve %s: %w", it.SKU, err)
@@ -116,6 +121,9 @@ func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
 	o, err := getOrder(ctx, s.d, id)
 	if err == nil {
 		o.Payments, err = s.d.Payments(ctx, id)
+	}
+	if err == nil {
+		err = s.orderTasks(ctx, &o)
 	}
 	if err != nil {
 		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)

@@ -14,7 +14,7 @@ FROM skus WHERE available + locked + sold != total;
 SELECT CONCAT('sku ', s.sku, ': locked ', s.locked, ' but open orders hold ', COALESCE(h.qty, 0)) AS detail
 FROM skus s
 LEFT JOIN (SELECT i.sku, SUM(i.qty) AS qty FROM order_items i JOIN orders o ON o.id = i.order_id
-           WHERE o.status IN ('PENDING', 'PAYING') GROUP BY i.sku) h ON h.sku = s.sku
+           WHERE o.status IN ('PENDING', 'PAYING') AND o.reservation_id IS NULL GROUP BY i.sku) h ON h.sku = s.sku
 WHERE s.locked != COALESCE(h.qty, 0);
 
 -- name: sold_matches_commits
@@ -24,8 +24,9 @@ LEFT JOIN (SELECT sku, SUM(qty) AS qty FROM stock_ledger WHERE action = 'commit'
 WHERE s.sold != COALESCE(c.qty, 0);
 
 -- name: ledger_matches_status
--- Every item has one reserve; PAID items one commit and no release; CANCELLED
--- items one release and no commit; open items neither.
+-- Every item of an order whose stock lapse holds has one reserve; PAID items
+-- one commit and no release; CANCELLED items one release and no commit; open
+-- items neither. An order whose stock a remote inventory holds has none.
 SELECT CONCAT('order ', o.id, ' (', o.status, ') sku ', i.sku, ': reserve ', (r.order_id IS NOT NULL),
               ', release ', (rl.order_id IS NOT NULL), ', commit ', (c.order_id IS NOT NULL)) AS detail
 FROM orders o
@@ -33,10 +34,12 @@ JOIN order_items i ON i.order_id = o.id
 LEFT JOIN stock_ledger r  ON r.order_id = i.order_id  AND r.sku = i.sku  AND r.action = 'reserve'
 LEFT JOIN stock_ledger rl ON rl.order_id = i.order_id AND rl.sku = i.sku AND rl.action = 'release'
 LEFT JOIN stock_ledger c  ON c.order_id = i.order_id  AND c.sku = i.sku  AND c.action = 'commit'
-WHERE r.order_id IS NULL
-   OR (o.status = 'PAID' AND (c.order_id IS NULL OR rl.order_id IS NOT NULL))
-   OR (o.status = 'CANCELLED' AND (rl.order_id IS NULL OR c.order_id IS NOT NULL))
-   OR (o.status IN ('PENDING', 'PAYING') AND (rl.order_id IS NOT NULL OR c.order_id IS NOT NULL));
+WHERE (o.reservation_id IS NOT NULL AND (r.order_id IS NOT NULL OR rl.order_id IS NOT NULL OR c.order_id IS NOT NULL))
+   OR (o.reservation_id IS NULL AND (
+          r.order_id IS NULL
+       OR (o.status = 'PAID' AND (c.order_id IS NULL OR rl.order_id IS NOT NULL))
+       OR (o.status = 'CANCELLED' AND (rl.order_id IS NULL OR c.order_id IS NOT NULL))
+       OR (o.status IN ('PENDING', 'PAYING') AND (rl.order_id IS NOT NULL OR c.order_id IS NOT NULL))));
 
 -- name: paid_xor_cancelled
 SELECT CONCAT('order ', id, ' (', status, '): paid_at ', COALESCE(paid_at, '-'), ', cancelled_at ',
@@ -87,3 +90,23 @@ SELECT CONCAT('order ', id, ': PAYING, cancel_after ', cancel_after, ' is ',
               TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000,
               ' ms ago; waiting for the payment outcome') AS detail
 FROM orders WHERE status = 'PAYING' AND cancel_after <= CAST(@now AS DATETIME(3));
+
+-- name: tasks_match_status
+-- An order whose stock a remote inventory holds: CANCELLED, one release task
+-- and no confirm; PAID, one confirm and no release; open, neither.
+SELECT CONCAT('order ', o.id, ' (', o.status, '): release task ', (rl.id IS NOT NULL),
+              ', confirm task ', (c.id IS NOT NULL)) AS detail
+FROM orders o
+LEFT JOIN stock_tasks rl ON rl.order_id = o.id AND rl.action = 'release'
+LEFT JOIN stock_tasks c  ON c.order_id = o.id  AND c.action = 'confirm'
+WHERE o.reservation_id IS NOT NULL
+  AND ((o.status = 'PAID') != (c.id IS NOT NULL) OR (o.status = 'CANCELLED') != (rl.id IS NOT NULL));
+
+-- name: warn_stock_tasks_not_done
+-- DEAD tasks, and PENDING ones older than the allowed lag.
+SELECT CONCAT('task ', id, ' (', action, ' of order ', order_id, '): ', status, ' after ', attempts,
+              ' attempts, written ', TIMESTAMPDIFF(MICROSECOND, created_at, @now) DIV 1000, ' ms ago',
+              CASE WHEN last_error != '' THEN CONCAT('; last error: ', last_error) ELSE '' END) AS detail
+FROM stock_tasks
+WHERE status = 'DEAD'
+   OR (status = 'PENDING' AND since < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND);

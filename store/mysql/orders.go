@@ -96,11 +96,12 @@ func (e executor) queryOrders(ctx context.Context, query string, a ...any) ([]or
 			status              string
 			paidAt, cancelledAt sql.NullTime
 			reason, paymentID   sql.NullString
+			reservationID       sql.NullString
 			sku                 sql.NullString
 			qty                 sql.NullInt64
 		)
 		err := rows.Scan(&o.ID, &status, &o.AmountCents, &o.Currency, &o.CreatedAt, &o.ExpiresAt, &o.CancelAfter,
-			&paidAt, &cancelledAt, &reason, &paymentID, &o.RefundRequired, &o.PaymentAttempts, &o.Version, &sku, &qty)
+			&paidAt, &cancelledAt, &reason, &paymentID, &o.RefundRequired, &o.PaymentAttempts, &o.Version, &reservationID, &sku, &qty)
 		if err != nil {
 			return err
 		}
@@ -114,6 +115,7 @@ func (e executor) queryOrders(ctx context.Context, query string, a ...any) ([]or
 			}
 			o.CancelReason = order.CancelReason(reason.String)
 			o.PaymentID = paymentID.String
+			o.ReservationID = reservationID.String
 			out = append(out, o)
 		}
 		if sku.Valid {
@@ -185,7 +187,7 @@ func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID strin
 // one multi-row INSERT.
 func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 	_, err := e.db.ExecContext(ctx, q.Get("insert_order"), o.ID, o.AmountCents, o.Currency,
-		o.CreatedAt, o.ExpiresAt, o.CancelAfter)
+		o.CreatedAt, o.ExpiresAt, o.CancelAfter, o.ReservationID)
 	if err != nil {
 		return interpretError(err, store.ErrOrderExists)
 	}

@@ -20,7 +20,7 @@ SELECT UTC_TIMESTAMP(3);
 -- name: get_order
 -- Order columns, then one row per item (LEFT JOIN: items in the same round trip).
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
-       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
 FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
 WHERE o.id = ?
@@ -30,7 +30,7 @@ ORDER BY i.sku;
 -- get_order as a locking read: explains an UPDATE that matched nothing with
 -- the row as it is now, and holds it so that a retried UPDATE cannot lose again.
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
-       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
 FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
 WHERE o.id = ?
@@ -40,7 +40,7 @@ FOR UPDATE;
 -- name: get_orders
 -- Params: the order ids. Ids not found are left out.
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
-       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
 FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
 WHERE o.id IN (/*each*/?)
@@ -51,10 +51,10 @@ ORDER BY o.id, i.sku;
 -- the previous page (created_at twice), then the page size. The page is cut in
 -- the derived table, then joined with its items.
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
-       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
 FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
       FROM orders
       WHERE (? = '' OR status = ?)
         AND (created_at < ? OR (created_at = ? AND id < ?))
@@ -74,9 +74,10 @@ INSERT INTO idempotency_keys (idempotency_key, request_hash, order_id, created_a
 SELECT request_hash, order_id FROM idempotency_keys WHERE idempotency_key = ?;
 
 -- name: insert_order
--- Params: id, amount, currency, created_at, expires_at, cancel_after.
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
-VALUES (?, 'PENDING', ?, ?, ?, ?, ?);
+-- Params: id, amount, currency, created_at, expires_at, cancel_after, the
+-- remote reservation or ''.
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+VALUES (?, 'PENDING', ?, ?, ?, ?, ?, NULLIF(?, ''));
 
 -- name: insert_items
 -- Params: (order id, sku, qty) per item.
@@ -442,3 +443,68 @@ SELECT version FROM schema_migrations;
 -- name: schema_migrations_insert
 -- Params: version, name. applied_at is the server's clock.
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(3));
+
+-- Stock tasks (store.Tasks; migration 005). The columns every task query
+-- returns: id, order_id, action, reservation_id, items, status, attempts,
+-- failures, next_at, since, created_at, done_at, dead_at, result, last_error.
+
+-- name: insert_tasks
+-- Params: (id, order id, action, reservation id, items, now ×3) per task,
+-- PENDING and due now. The unique key (order_id, action) refuses a second
+-- task of an action (core.ErrMovedTwice).
+INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at, last_error)
+VALUES /*each*/(?, ?, ?, ?, ?, ?, ?, ?, '');
+
+-- name: claim_tasks_select
+-- Params: now, limit. Walks stock_tasks_due from the earliest due row,
+-- skipping rows other claims hold.
+SELECT id FROM stock_tasks FORCE INDEX (stock_tasks_due)
+WHERE status = 'PENDING' AND next_at <= ?
+ORDER BY next_at LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_tasks_lease
+-- Params: lease until, the ids.
+UPDATE stock_tasks SET next_at = ?, attempts = attempts + 1 WHERE id IN (/*each*/?);
+
+-- name: tasks_by_id
+-- Params: the ids.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks WHERE id IN (/*each*/?) ORDER BY next_at, id;
+
+-- name: settle_task
+-- Params: status, next_at, result, error, status, status, now, status, now,
+-- id, attempts (see the PostgreSQL driver).
+UPDATE stock_tasks SET status = ?, next_at = ?, result = ?, last_error = ?,
+    failures = failures + CASE WHEN ? = 'DONE' THEN 0 ELSE 1 END,
+    done_at = CASE WHEN ? = 'DONE' THEN ? END,
+    dead_at = CASE WHEN ? = 'DEAD' THEN ? END
+WHERE id = ? AND attempts = ? AND status = 'PENDING';
+
+-- name: list_tasks
+-- Params: order id (twice), dead-only, cursor, limit. Without an order id:
+-- the tasks not DONE (or DEAD ones only), through stock_tasks_open.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks
+WHERE (CASE WHEN ? <> '' THEN order_id = ?
+            WHEN ? THEN status = 'DEAD'
+            ELSE status IN ('PENDING', 'DEAD') END)
+  AND id > ?
+ORDER BY id LIMIT ?;
+
+-- name: retry_dead_tasks
+-- Params: now (twice).
+UPDATE stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD';
+
+-- name: retry_tasks
+-- Params: now (twice), the ids.
+UPDATE stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND id IN (/*each*/?);
+
+-- name: task_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM stock_tasks WHERE status IN ('PENDING', 'DEAD');

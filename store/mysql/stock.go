@@ -63,6 +63,9 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 			}
 		}
 	}
+	if err := e.insertTasks(ctx, ef); err != nil {
+		return err
+	}
 	for _, chunk := range chunks(ef.Events) {
 		a := make([]any, 0, 5*len(chunk))
 		for _, ev := range chunk {

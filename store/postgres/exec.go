@@ -130,7 +130,7 @@ func interpretError(err error) error {
 		return refused{store.ErrOrderExists, err}
 	case "payments_pkey":
 		return refused{store.ErrPaymentIDUsed, err}
-	case "stock_ledger_pkey":
+	case "stock_ledger_pkey", "stock_tasks_order_action":
 		return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)
 	}
 	return err

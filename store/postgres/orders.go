@@ -20,9 +20,10 @@ func scanOrder(row pgx.CollectableRow) (order.Order, error) {
 		status              string
 		paidAt, cancelledAt *time.Time
 		reason, paymentID   *string
+		reservationID       *string
 	)
 	err := row.Scan(&o.ID, &status, &o.AmountCents, &o.Currency, &o.CreatedAt, &o.ExpiresAt, &o.CancelAfter, &paidAt,
-		&cancelledAt, &reason, &paymentID, &o.RefundRequired, &o.PaymentAttempts, &o.Version)
+		&cancelledAt, &reason, &paymentID, &o.RefundRequired, &o.PaymentAttempts, &o.Version, &reservationID)
 	if err != nil {
 		return order.Order{}, err
 	}
@@ -39,6 +40,9 @@ func scanOrder(row pgx.CollectableRow) (order.Order, error) {
 	}
 	if paymentID != nil {
 		o.PaymentID = *paymentID
+	}
+	if reservationID != nil {
+		o.ReservationID = *reservationID
 	}
 	return o, nil
 }
@@ -159,7 +163,7 @@ func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 		skus[i], qtys[i] = it.SKU, it.Qty
 	}
 	var b pgx.Batch
-	b.Queue(q.Get("insert_order"), o.ID, o.AmountCents, o.Currency, o.CreatedAt, o.ExpiresAt, o.CancelAfter)
+	b.Queue(q.Get("insert_order"), o.ID, o.AmountCents, o.Currency, o.CreatedAt, o.ExpiresAt, o.CancelAfter, o.ReservationID)
 	b.Queue(q.Get("insert_items"), o.ID, skus, qtys)
 	return e.send(ctx, &b)
 }

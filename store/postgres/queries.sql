@@ -19,7 +19,7 @@ SELECT date_trunc('milliseconds', clock_timestamp());
 -- is (a lateral subquery behind OFFSET 0): "id = ANY($1)" alone is planned
 -- from statistics, and before the first ANALYZE a generic plan scans every order.
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
-       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id
 FROM unnest($1::text[]) AS x (id),
      LATERAL (SELECT * FROM orders WHERE id = x.id OFFSET 0) AS o;
 
@@ -28,7 +28,7 @@ FROM unnest($1::text[]) AS x (id),
 -- matched nothing, the core reads why from a row no other transaction can
 -- change before it decides (or runs the UPDATE again).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
 FROM orders WHERE id = $1
 FOR UPDATE;
 
@@ -49,7 +49,7 @@ ORDER BY i.order_id, i.sku COLLATE "C";
 -- $1 status or '', ($2, $3) the (created_at, id) of the last row of the
 -- previous page ('infinity' for the first).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
 FROM orders
 WHERE ($1::text = '' OR status = $1::text) AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
@@ -66,9 +66,9 @@ ON CONFLICT (key) DO NOTHING;
 SELECT request_hash, order_id FROM idempotency_keys WHERE key = $1;
 
 -- name: insert_order
--- Sent with insert_items in one round trip.
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
-VALUES ($1, 'PENDING', $2, $3, $4, $5, $6);
+-- Sent with insert_items in one round trip. $7 the remote reservation, or ''.
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+VALUES ($1, 'PENDING', $2, $3, $4, $5, $6, NULLIF($7::text, ''));
 
 -- name: insert_items
 -- $2 and $3 are the SKUs and quantities, position by position.
@@ -200,7 +200,7 @@ UPDATE orders SET status = 'PAYING', version = version + 1,
                       ELSE id || '-' || ((SELECT count(*) FROM payments WHERE order_id = $1) + 1) END
 WHERE id = $1 AND status = 'PENDING' AND expires_at > $2
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: supersede_payment
 -- $1 id, $2 the current payment id ('' for none: an order PAYING since before
@@ -208,7 +208,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 UPDATE orders SET payment_id = $3, version = version + 1
 WHERE id = $1 AND status = 'PAYING' AND COALESCE(payment_id, '') = $2 AND expires_at > $4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: callback_seen
 -- Remember a callback; no row inserted means it was applied before.
@@ -226,14 +226,14 @@ DELETE FROM payment_callbacks WHERE seen_at < $1;
 UPDATE orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
 WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: flag_refund
 -- $1 id. The caller decided under the row's lock that a payment must be given back.
 UPDATE orders SET refund_required = true, version = version + 1
 WHERE id = $1
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: fail_payment
 -- $1 id, $2 the failed attempt's payment id: only the current attempt moves
@@ -241,7 +241,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = $1 AND status = 'PAYING' AND (payment_id = $2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: get_payments
 -- The attempts of order $1, oldest first (ties in payment id byte order).
@@ -272,7 +272,7 @@ WHERE order_id = $1 AND payment_id = $2 AND status IN ('PENDING', 'SUPERSEDED');
 UPDATE orders SET status = 'CANCELLED', cancelled_at = $2, cancel_reason = 'buyer', version = version + 1
 WHERE id = $1 AND status = 'PENDING'
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: cancel_due
 -- $1 now, $2 the ids of the batch, $3 true to leave orders with a failed
@@ -284,7 +284,7 @@ WHERE id = ANY($2::text[])
   AND (status = 'PENDING' OR ($4::boolean AND status = 'PAYING'))
   AND (NOT $3::boolean OR $4::boolean OR payment_attempts = 0)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: claim_due
 -- $1 now, $2 now - lag, $3 batch size, $4 true to leave attempted orders alone.
@@ -305,7 +305,7 @@ WHERE id = ANY (ARRAY(SELECT id FROM orders
                       FOR UPDATE SKIP LOCKED))
   AND status = 'PENDING'
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: payment_checks
 -- $1 now - lag, $2 limit. Both kinds of order are found through
@@ -496,3 +496,63 @@ SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1);
 
 -- name: migrate_record
 INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
+
+-- Stock tasks (store.Tasks; migration 005). The columns every task query
+-- returns: id, order_id, action, reservation_id, items, status, attempts,
+-- failures, next_at, since, created_at, done_at, dead_at, result, last_error.
+
+-- name: insert_tasks
+-- One PENDING task per position of $2…$6 (ids, order ids, actions,
+-- reservation ids, items), due at $1. The key (order_id, action) refuses a
+-- second task of an action (stock_tasks_order_action → core.ErrMovedTwice).
+INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
+SELECT t.id, t.order_id, t.action, t.reservation_id, t.items, $1, $1, $1
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS t (id, order_id, action, reservation_id, items);
+
+-- name: claim_tasks
+-- $1 now, $2 the lease's end, $3 batch size. The subquery walks
+-- stock_tasks_due from the earliest due row, skipping rows another claim
+-- holds; ARRAY(…) runs it once, and the UPDATE finds its ids by primary key.
+UPDATE stock_tasks SET next_at = $2, attempts = attempts + 1
+WHERE id = ANY (ARRAY(SELECT id FROM stock_tasks
+                      WHERE status = 'PENDING' AND next_at <= $1
+                      ORDER BY next_at
+                      LIMIT $3
+                      FOR UPDATE SKIP LOCKED))
+  AND status = 'PENDING'
+RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;
+
+-- name: settle_task
+-- $1 id, $2 the claim's attempts, $3 the new status (PENDING, DONE, DEAD),
+-- $4 now, $5 when it is due again, $6 the answer, $7 the error. A failure
+-- counts one more; a row another claim took since (attempts moved on) is left.
+UPDATE stock_tasks SET status = $3, next_at = $5, result = $6, last_error = $7,
+    failures = failures + CASE WHEN $3 = 'DONE' THEN 0 ELSE 1 END,
+    done_at = CASE WHEN $3 = 'DONE' THEN $4::timestamptz END,
+    dead_at = CASE WHEN $3 = 'DEAD' THEN $4::timestamptz END
+WHERE id = $1 AND attempts = $2 AND status = 'PENDING';
+
+-- name: list_tasks
+-- $1 true for DEAD tasks only, $2 an order id ('' for any: then the tasks
+-- not DONE, through stock_tasks_open), $3 the cursor (ids after it), $4 limit.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks
+WHERE CASE WHEN $2::text <> '' THEN order_id = $2::text
+           WHEN $1::boolean THEN status = 'DEAD'
+           ELSE status <> 'DONE' END
+  AND id > $3::text
+ORDER BY id COLLATE "C"
+LIMIT $4;
+
+-- name: retry_tasks
+-- $1 now, $2 ids, $3 true for every DEAD task: PENDING and due now, failures
+-- and age counted from now.
+UPDATE stock_tasks SET status = 'PENDING', next_at = $1, since = $1, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND ($3::boolean OR id = ANY($2::text[]));
+
+-- name: task_stats
+SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'DEAD'),
+       min(created_at) FILTER (WHERE status = 'PENDING')
+FROM stock_tasks WHERE status <> 'DONE';

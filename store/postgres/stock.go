@@ -43,7 +43,7 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 // move (first: its primary key refuses a second release or commit, and the
 // error rolls the whole transaction back), for a release or a commit the
 // lock of the SKU rows in byte order and the counter update summed per SKU,
-// then the events. WriteGroup sends them with statements of its own.
+// then the events and the stock tasks of remote stock. WriteGroup sends them with statements of its own.
 func queueEffects(b *pgx.Batch, ef core.Effects) {
 	if ef.Move != core.MoveNone {
 		b.Queue(q.Get("ledger_insert"), ef.IDs, string(ef.Move), ef.Now)
@@ -66,6 +66,7 @@ func queueEffects(b *pgx.Batch, ef core.Effects) {
 		}
 		b.Queue(q.Get("insert_events"), ef.Type, ef.Now, ids, orderIDs, payloads)
 	}
+	queueTasks(b, ef)
 }
 
 // UnpublishedEvents implements core.Executor.

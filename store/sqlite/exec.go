@@ -87,10 +87,11 @@ func scanOrder(sc rowScanner) (order.Order, error) {
 		paidAt, cancelledAt           sql.NullInt64
 		status                        string
 		reason, paymentID             sql.NullString
+		reservationID                 sql.NullString
 		refund                        int64
 	)
 	err := sc.Scan(&o.ID, &status, &o.AmountCents, &o.Currency, &created, &expires, &cancelAfter, &paidAt,
-		&cancelledAt, &reason, &paymentID, &refund, &o.PaymentAttempts, &o.Version)
+		&cancelledAt, &reason, &paymentID, &refund, &o.PaymentAttempts, &o.Version, &reservationID)
 	if err != nil {
 		return order.Order{}, err
 	}
@@ -104,6 +105,7 @@ func scanOrder(sc rowScanner) (order.Order, error) {
 	}
 	o.CancelReason = order.CancelReason(reason.String)
 	o.PaymentID = paymentID.String
+	o.ReservationID = reservationID.String
 	o.RefundRequired = refund != 0
 	return o, nil
 }
@@ -264,7 +266,7 @@ func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID strin
 
 // InsertOrder implements core.Executor.
 func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
-	_, err := e.exec(ctx, "insert_order", o.ID, o.AmountCents, o.Currency, ms(o.CreatedAt), ms(o.ExpiresAt), ms(o.CancelAfter))
+	_, err := e.exec(ctx, "insert_order", o.ID, o.AmountCents, o.Currency, ms(o.CreatedAt), ms(o.ExpiresAt), ms(o.CancelAfter), o.ReservationID)
 	if isUniqueViolation(err) {
 		return store.ErrOrderExists
 	}
@@ -398,6 +400,9 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 				return fmt.Errorf("stock %s: %w", ef.Move, err)
 			}
 		}
+	}
+	if err := e.insertTasks(ctx, ef); err != nil {
+		return err
 	}
 	if len(ef.Events) == 0 {
 		return nil

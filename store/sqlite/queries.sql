@@ -7,7 +7,7 @@
 
 -- name: get_orders
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
 FROM orders WHERE id IN (SELECT value FROM json_each(?1));
 
 -- name: get_items
@@ -18,7 +18,7 @@ ORDER BY order_id, sku;
 -- name: list_orders
 -- ?1 status or '', (?2, ?3) the (created_at, id) of the last row of the previous page.
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
 FROM orders
 WHERE (?1 = '' OR status = ?1) AND (created_at, id) < (?2, ?3)
 ORDER BY created_at DESC, id DESC
@@ -28,8 +28,8 @@ LIMIT ?4;
 SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1;
 
 -- name: insert_order
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
-VALUES (?1, 'PENDING', ?2, ?3, ?4, ?5, ?6);
+INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+VALUES (?1, 'PENDING', ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''));
 
 -- name: insert_items
 -- ?2 is a JSON array of {"sku","qty"}.
@@ -84,7 +84,7 @@ UPDATE orders SET status = 'PAYING', version = version + 1,
                       ELSE id || '-' || ((SELECT COUNT(*) FROM payments WHERE order_id = ?1) + 1) END
 WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?2
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: supersede_payment
 -- ?1 id, ?2 the current payment id ('' for an order PAYING since before
@@ -93,20 +93,20 @@ UPDATE orders SET payment_id = ?3, version = version + 1
 WHERE id = ?1 AND status = 'PAYING' AND expires_at > ?4
   AND (payment_id = ?2 OR (payment_id IS NULL AND ?2 = ''))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: mark_paid
 UPDATE orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
 WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: flag_refund
 -- ?1 id. The caller decided under the row's lock that a payment must be given back.
 UPDATE orders SET refund_required = 1, version = version + 1
 WHERE id = ?1
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: fail_payment
 -- ?1 id, ?2 the failed attempt's payment id: only the current attempt moves
@@ -114,13 +114,13 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = ?1 AND status = 'PAYING' AND (payment_id = ?2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: buyer_cancel
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?2, cancel_reason = 'buyer', version = version + 1
 WHERE id = ?1 AND status = 'PENDING'
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: cancel_due
 -- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment
@@ -132,7 +132,7 @@ WHERE id IN (SELECT value FROM json_each(?2))
   AND (status = 'PENDING' OR (?4 = 1 AND status = 'PAYING'))
   AND (?3 = 0 OR ?4 = 1 OR payment_attempts = 0)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: claim_due
 -- ?1 now, ?2 now - lag, ?3 batch size, ?4 1 to leave attempted orders alone.
@@ -144,7 +144,7 @@ WHERE id IN (SELECT id FROM orders
                AND (?4 = 0 OR payment_attempts = 0)
              ORDER BY cancel_after LIMIT ?3)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
-          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version;
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: payment_checks
 -- ?1 now - lag, ?2 limit.
@@ -330,3 +330,55 @@ ON CONFLICT (order_id, payment_id) DO UPDATE SET
 -- attempt (PENDING, SUPERSEDED) ends.
 UPDATE payments SET status = ?3, updated_at = ?4
 WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');
+
+-- Stock tasks (store.Tasks; migration 005). The columns every task query
+-- returns: id, order_id, action, reservation_id, items, status, attempts,
+-- failures, next_at, since, created_at, done_at, dead_at, result, last_error.
+
+-- name: insert_tasks
+-- ?2 is a JSON array of {"id","order_id","action","reservation_id","items"},
+-- each PENDING and due at ?1. UNIQUE (order_id, action) refuses a second task
+-- of an action (core.ErrMovedTwice).
+INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
+SELECT value ->> 'id', value ->> 'order_id', value ->> 'action', value ->> 'reservation_id', value ->> 'items', ?1, ?1, ?1
+FROM json_each(?2);
+
+-- name: claim_tasks
+-- ?1 now, ?2 the lease's end, ?3 batch size. One writer: no row is held by
+-- another claim.
+UPDATE stock_tasks SET next_at = ?2, attempts = attempts + 1
+WHERE id IN (SELECT id FROM stock_tasks WHERE status = 'PENDING' AND next_at <= ?1 ORDER BY next_at LIMIT ?3)
+RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;
+
+-- name: settle_task
+-- ?1 id, ?2 the claim's attempts, ?3 the new status, ?4 now, ?5 due again
+-- at, ?6 the answer, ?7 the error (see the PostgreSQL driver).
+UPDATE stock_tasks SET status = ?3, next_at = ?5, result = ?6, last_error = ?7,
+    failures = failures + CASE WHEN ?3 = 'DONE' THEN 0 ELSE 1 END,
+    done_at = CASE WHEN ?3 = 'DONE' THEN ?4 END,
+    dead_at = CASE WHEN ?3 = 'DEAD' THEN ?4 END
+WHERE id = ?1 AND attempts = ?2 AND status = 'PENDING';
+
+-- name: list_tasks
+-- ?1 1 for DEAD only, ?2 an order id ('' for any: the tasks not DONE), ?3
+-- the cursor, ?4 limit.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks
+WHERE CASE WHEN ?2 <> '' THEN order_id = ?2
+           WHEN ?1 THEN status = 'DEAD'
+           ELSE status <> 'DONE' END
+  AND id > ?3
+ORDER BY id
+LIMIT ?4;
+
+-- name: retry_tasks
+-- ?1 now, ?2 a JSON array of ids, ?3 1 for every DEAD task.
+UPDATE stock_tasks SET status = 'PENDING', next_at = ?1, since = ?1, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND (?3 OR id IN (SELECT value FROM json_each(?2)));
+
+-- name: task_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM stock_tasks WHERE status <> 'DONE';

@@ -1,0 +1,129 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// The stock tasks' operations. Tasks are written by the transitions
+// themselves (NewEffects); what is decided here is the order of steps of a
+// claim, a settle and an operator's retry, and their transactions.
+
+// ClaimTasks implements store.Tasks.
+func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedTask, error) {
+	if p.Limit < 1 || p.Lease <= 0 {
+		return nil, fmt.Errorf("claim tasks: limit %d, lease %s: %w", p.Limit, p.Lease, store.ErrInvalid)
+	}
+	var out []store.ClaimedTask
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		out, err = tx.ClaimTasks(ctx, p.Limit, now, now.Add(p.Lease))
+		for i := range out {
+			out[i].ClaimedAt = now
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim stock tasks: %w", err)
+	}
+	return out, nil
+}
+
+// SettleTasks implements store.Tasks: one transaction for the batch.
+func (s *Store) SettleTasks(ctx context.Context, outcomes []store.TaskOutcome) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		for _, o := range outcomes {
+			if err := tx.SettleTask(ctx, o, now, now.Add(max(o.RetryIn, 0))); err != nil {
+				return fmt.Errorf("settle task %s: %w", o.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("settle %d stock tasks: %w", len(outcomes), err)
+	}
+	return nil
+}
+
+// ListTasks implements store.Tasks.
+func (s *Store) ListTasks(ctx context.Context, p store.ListTasksParams) ([]order.StockTask, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	out, err := s.d.ListTasks(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list stock tasks: %w", err)
+	}
+	return out, nil
+}
+
+// RetryTasks implements store.Tasks.
+func (s *Store) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64, error) {
+	if len(p.IDs) == 0 && !p.AllDead {
+		return 0, nil
+	}
+	var n int64
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		n, err = tx.RetryTasks(ctx, p, now)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retry stock tasks: %w", err)
+	}
+	return n, nil
+}
+
+// TaskStats implements store.Tasks.
+func (s *Store) TaskStats(ctx context.Context) (store.TaskStats, error) {
+	now, err := s.nowOn(ctx, s.d)
+	if err != nil {
+		return store.TaskStats{}, fmt.Errorf("task stats: %w", err)
+	}
+	st, err := s.d.TaskStats(ctx)
+	if err != nil {
+		return store.TaskStats{}, fmt.Errorf("task stats: %w", err)
+	}
+	st.Now = now
+	return st, nil
+}
+
+// orderTasks loads the stock tasks of o when another service holds its stock.
+func (s *Store) orderTasks(ctx context.Context, o *order.Order) error {
+	if !o.RemoteStock() {
+		return nil
+	}
+	ts, err := s.d.ListTasks(ctx, store.ListTasksParams{OrderID: o.ID, Limit: 10})
+	if err != nil {
+		return err
+	}
+	o.Tasks = append([]order.StockTask{}, ts...)
+	return nil
+}
+
+// TaskStatusOf is the status a settle of o leaves its task in.
+func TaskStatusOf(o store.TaskOutcome) order.TaskStatus {
+	switch {
+	case o.Done:
+		return order.TaskDone
+	case o.Dead:
+		return order.TaskDead
+	}
+	return order.TaskPending
+}
