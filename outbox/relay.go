@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lapsehq/lapse/internal/drain"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
@@ -200,7 +200,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// runSink is one sink's loop: claim, publish, settle.
+// runSink is one sink's loop (internal/drain): claim, publish, settle.
 func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}, gone *atomic.Bool) {
 	policy := DefaultPolicy
 	if ps, ok := s.(PolicySink); ok {
@@ -208,54 +208,28 @@ func (r *Relay) runSink(ctx context.Context, s Sink, wake <-chan struct{}, gone 
 	}
 	owner := uuid.NewString()[:8]
 	log := r.Logger.With("sink", s.Name(), "relay", owner)
-	failures := 0
-	for ctx.Err() == nil {
+	loop := drain.Loop{
+		Batch: r.BatchSize, Interval: r.Interval, Linger: r.Linger, Wake: wake,
+		OnError: func(err error, retryIn time.Duration) {
+			log.Warn("outbox: relay pass failed; retrying", "err", err, "retry_in", retryIn)
+		},
+	}
+	loop.Run(ctx, func(ctx context.Context) (drain.Pass, error) {
 		if gone.Load() {
-			<-ctx.Done()
-			return
+			return drain.Pass{Stop: true}, nil
 		}
 		n, ok, isGone, err := r.pass(ctx, s, policy, log, gone)
-		switch {
-		case isGone:
+		if isGone {
 			if !gone.Swap(true) {
 				log.Error("outbox: the sink's destination is gone (410); its events wait until lapse restarts with the sink fixed or removed")
 				if r.Metrics != nil {
 					r.Metrics.disabled.WithLabelValues(s.Name()).Set(1)
 				}
 			}
-			<-ctx.Done()
-			return
-		case err != nil || (n > 0 && ok == 0):
-			failures++
-			wait := backoff(failures, 100*time.Millisecond, 30*time.Second)
-			if err != nil {
-				log.Warn("outbox: relay pass failed; retrying", "err", err, "retry_in", wait)
-			}
-			sleep(ctx, wait)
-			continue
+			return drain.Pass{Stop: true}, nil
 		}
-		failures = 0
-		if n == r.BatchSize {
-			continue // more are waiting
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(r.Interval):
-		case <-wake:
-			sleep(ctx, r.Linger)
-		}
-	}
-	if gone.Load() {
-		return
-	}
-	// The last pass: what this instance committed just before stopping.
-	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	for flush.Err() == nil {
-		if n, _, _, err := r.pass(flush, s, policy, log, gone); err != nil || n < r.BatchSize {
-			return
-		}
-	}
+		return drain.Pass{Claimed: n, Failed: n > 0 && ok == 0}, err
+	})
 }
 
 // pass claims one batch for s, publishes it and settles it. It returns how
@@ -366,7 +340,7 @@ func (r *Relay) outcome(d store.Delivery, err error, p Policy) (store.Outcome, b
 	var refused *RefusedError
 	if !errors.As(err, &refused) {
 		// Transport: retried without limit, soon.
-		o.RetryIn = backoff(d.Attempts, 200*time.Millisecond, 30*time.Second)
+		o.RetryIn = drain.Backoff(d.Attempts, 200*time.Millisecond, 30*time.Second)
 		return o, false
 	}
 	o.Refused = true
@@ -378,7 +352,7 @@ func (r *Relay) outcome(d store.Delivery, err error, p Policy) (store.Outcome, b
 	o.Dead = refused.Permanent ||
 		(p.MaxRefusals > 0 && refusals >= p.MaxRefusals) ||
 		(p.MaxAge > 0 && refusedFor >= p.MaxAge)
-	o.RetryIn = max(backoff(refusals, r.RetryBase, r.RetryMax), refused.RetryAfter)
+	o.RetryIn = max(drain.Backoff(refusals, r.RetryBase, r.RetryMax), refused.RetryAfter)
 	return o, false
 }
 
@@ -407,7 +381,7 @@ func (r *Relay) runRetention(ctx context.Context, names []string) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(jitter(r.RetentionInterval)):
+		case <-time.After(drain.Jitter(r.RetentionInterval)):
 		}
 		if err := r.Store.RegisterSinks(ctx, names); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("outbox: registering sinks again failed", "err", err)
@@ -449,27 +423,6 @@ func (r *Relay) runStats(ctx context.Context) {
 			return
 		case <-time.After(r.StatsInterval):
 		}
-	}
-}
-
-// backoff is base doubled per attempt after the first, at most limit, with
-// ±20% jitter.
-func backoff(attempt int, base, limit time.Duration) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	return jitter(min(d, limit))
-}
-
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 
