@@ -4,23 +4,28 @@ import (
 	"context"
 
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/store"
 )
 
 // notifying is the store as the Service uses it: every transition that
-// writes outbox events wakes this instance's relay right after its commit,
-// so events leave in milliseconds instead of at the relay's next poll.
-// (Events committed by other instances are found by the poll.)
+// writes outbox events (and stock tasks) wakes this instance's relay (and
+// dispatcher) right after its commit, so they leave in milliseconds instead
+// of at the next poll. (What other instances commit is found by the poll.)
 type notifying struct {
 	store.Store
-	relay *outbox.Relay
+	wake []interface{ Notify() }
+}
+
+func (n notifying) notify() {
+	for _, w := range n.wake {
+		w.Notify()
+	}
 }
 
 func (n notifying) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	r, err := n.Store.CreateOrder(ctx, p)
 	if err == nil && !r.Replayed {
-		n.relay.Notify()
+		n.notify()
 	}
 	return r, err
 }
@@ -28,7 +33,7 @@ func (n notifying) CreateOrder(ctx context.Context, p store.CreateOrderParams) (
 func (n notifying) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	r, err := n.Store.CompletePayment(ctx, p)
 	if err == nil {
-		n.relay.Notify()
+		n.notify()
 	}
 	return r, err
 }
@@ -36,7 +41,7 @@ func (n notifying) CompletePayment(ctx context.Context, p store.PaymentParams) (
 func (n notifying) CancelOrder(ctx context.Context, id string) (order.Order, error) {
 	r, err := n.Store.CancelOrder(ctx, id)
 	if err == nil {
-		n.relay.Notify()
+		n.notify()
 	}
 	return r, err
 }
@@ -44,7 +49,7 @@ func (n notifying) CancelOrder(ctx context.Context, id string) (order.Order, err
 func (n notifying) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	r, err := n.Store.CancelDue(ctx, p)
 	if err == nil && len(r.Cancelled) > 0 {
-		n.relay.Notify()
+		n.notify()
 	}
 	return r, err
 }

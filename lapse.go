@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/payment"
@@ -30,6 +31,9 @@ var (
 	ErrAmountMismatch      = store.ErrAmountMismatch
 	ErrInvalidCursor       = store.ErrInvalidCursor
 	ErrPaymentIDUsed       = store.ErrPaymentIDUsed
+	// ErrRemoteStock: the stock is held by a remote inventory
+	// (Config.Inventory), so lapse keeps no SKU counters to set or read.
+	ErrRemoteStock = errors.New("lapse: the stock is held by the inventory service, not by lapse")
 )
 
 // InvalidError is a request that fails validation. Code is stable (clients
@@ -101,6 +105,14 @@ type Config struct {
 	Sinks []outbox.Sink
 	// Outbox tunes the relay (batch, lease, retries, retention).
 	Outbox outbox.Config
+	// Inventory, when set, is the remote inventory that holds the stock
+	// (docs/sagas.md): lapse keeps no counters, every create carries the
+	// reservation the caller made there, and each cancel or payment writes
+	// a stock task that a dispatcher sends to it. Nil: lapse holds the stock
+	// in its own store (--inventory local).
+	Inventory inventory.Client
+	// Tasks tunes the stock-task dispatcher (with Inventory).
+	Tasks inventory.DispatcherConfig
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
 	DefaultTimeout time.Duration
 	// MaxTimeout bounds timeout_seconds. Defaults to 7 days.
@@ -214,6 +226,9 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 	relay   *outbox.Relay
+	// dispatch sends stock tasks to Config.Inventory; nil when lapse holds
+	// the stock itself.
+	dispatch *inventory.Dispatcher
 
 	early     earlyBackoff   // early timers set again (clock.go)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
@@ -235,7 +250,17 @@ func New(cfg Config) (*Service, error) {
 	rc := cfg.Outbox
 	rc.Metrics = m.outbox
 	s.relay = &outbox.Relay{Store: cfg.Store, Sinks: cfg.Sinks, Config: rc}
-	s.store = notifying{Store: cfg.Store, relay: s.relay}
+	wake := []interface{ Notify() }{s.relay}
+	if cfg.Inventory != nil {
+		tc := cfg.Tasks
+		tc.Metrics = m.tasks
+		if tc.Logger == nil {
+			tc.Logger = cfg.Logger
+		}
+		s.dispatch = &inventory.Dispatcher{Store: cfg.Store, Client: cfg.Inventory, DispatcherConfig: tc}
+		wake = append(wake, s.dispatch)
+	}
+	s.store = notifying{Store: cfg.Store, wake: wake}
 	if cfg.PollStore {
 		s.poll = newPoller(s, 0, cfg.PollMaxSleep, true, nil)
 	}
@@ -276,6 +301,13 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Error("outbox relay stopped", "err", err)
 		}
 	})
+	if s.dispatch != nil {
+		wg.Go(func() {
+			if err := s.dispatch.Run(ctx); err != nil {
+				s.log.Error("stock task dispatcher stopped", "err", err)
+			}
+		})
+	}
 	if s.checks != nil {
 		wg.Go(func() { s.checks.run(ctx) })
 	}
@@ -408,11 +440,18 @@ func (s *Service) SetStock(ctx context.Context, sku string, available int64) (st
 	if available < 0 || available > MaxAvailable {
 		return store.SKU{}, invalid("available", "must be between 0 and %d", int64(MaxAvailable))
 	}
+	if s.dispatch != nil {
+		return store.SKU{}, ErrRemoteStock
+	}
 	return s.store.SetStock(ctx, sku, available)
 }
 
-// GetSKU returns a SKU's counters.
+// GetSKU returns a SKU's counters (ErrRemoteStock when the inventory
+// service holds them).
 func (s *Service) GetSKU(ctx context.Context, sku string) (store.SKU, error) {
+	if s.dispatch != nil {
+		return store.SKU{}, ErrRemoteStock
+	}
 	return s.store.GetSKU(ctx, sku)
 }
 

@@ -3,10 +3,12 @@ package lapse
 import (
 	"context"
 	"fmt"
-	"github.com/lapsehq/lapse/outbox"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lapsehq/lapse/inventory"
+	"github.com/lapsehq/lapse/outbox"
 )
 
 // metrics are the Prometheus series of a Service; names are part of the
@@ -24,6 +26,7 @@ type metrics struct {
 	payingAtDeadline prometheus.Counter
 	scheduleErrors   prometheus.Counter
 	outbox           *outbox.Metrics
+	tasks            *inventory.Metrics // with Config.Inventory
 	sweepCaught      prometheus.Counter
 	gatewayChecks    *prometheus.CounterVec
 	reminders        prometheus.Counter
@@ -105,5 +108,10 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return nil, fmt.Errorf("lapse: register outbox metrics: %w", err)
 	}
 	m.outbox = om
+	if s.cfg.Inventory != nil {
+		if m.tasks, err = inventory.NewMetrics(reg); err != nil {
+			return nil, fmt.Errorf("lapse: register stock task metrics: %w", err)
+		}
+	}
 	return m, nil
 }

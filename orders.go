@@ -24,8 +24,11 @@ const (
 	MaxAvailable = 1_000_000_000_000
 	maxIDLen     = 64
 	maxKeyLen    = 255
-	minTimeout   = time.Millisecond
-	maxAmountCts = 1 << 53 // exact in a JSON number
+	// maxReservationLen bounds a reservation id: the inventory's own, so
+	// lapse asks only that it be text.
+	maxReservationLen = 255
+	minTimeout        = time.Millisecond
+	maxAmountCts      = 1 << 53 // exact in a JSON number
 )
 
 var (
@@ -47,6 +50,10 @@ type CreateOrderRequest struct {
 	// IdempotencyKey makes a retried request return the order the first one
 	// made, with stock reserved once.
 	IdempotencyKey string
+	// ReservationID names the stock the caller reserved at the remote
+	// inventory for this order: required when Config.Inventory is set, and
+	// refused when lapse holds the stock itself.
+	ReservationID string
 }
 
 // CreateOrderResult is the order and whether it was made by an earlier
@@ -126,15 +133,28 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 	if len(p.IdempotencyKey) > maxKeyLen {
 		return p, invalid("Idempotency-Key", "at most %d characters", maxKeyLen)
 	}
+	switch {
+	case s.dispatch == nil && r.ReservationID != "":
+		return p, invalid("reservation_id", "lapse holds the stock itself here (--inventory local): send no reservation_id")
+	case s.dispatch != nil && r.ReservationID == "":
+		return p, &InvalidError{Code: "reservation_required", Field: "reservation_id",
+			Message: "the stock is held by the inventory service: reserve it there and send its reservation_id"}
+	case len(r.ReservationID) > maxReservationLen || (r.ReservationID != "" && !plainText(r.ReservationID)):
+		return p, invalid("reservation_id", "want 1-%d characters of UTF-8 text", maxReservationLen)
+	}
+	p.ReservationID = r.ReservationID
 	// The hash covers the request as the client sent it (ID too), so a key
 	// reused for a different order is refused rather than replayed.
+	// (Reservation is left out when empty: keys taken before it existed
+	// still replay.)
 	b, _ := json.Marshal(struct {
-		ID       string
-		Items    []order.Item
-		Amount   int64
-		Currency string
-		Timeout  time.Duration
-	}{r.ID, r.Items, p.AmountCents, p.Currency, p.Timeout})
+		ID          string
+		Items       []order.Item
+		Amount      int64
+		Currency    string
+		Timeout     time.Duration
+		Reservation string `json:",omitempty"`
+	}{r.ID, r.Items, p.AmountCents, p.Currency, p.Timeout, r.ReservationID})
 	sum := sha256.Sum256(b)
 	p.RequestHash = hex.EncodeToString(sum[:])
 	if p.ID == "" {

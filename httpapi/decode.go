@@ -354,6 +354,7 @@ type createOrderBody struct {
 	AmountCents    *int64     `json:"amount_cents"`
 	Currency       *string    `json:"currency"`
 	TimeoutSeconds *float64   `json:"timeout_seconds"`
+	ReservationID  *string    `json:"reservation_id"`
 }
 
 type itemBody struct {
@@ -397,6 +398,12 @@ func DecodeCreateOrder(body []byte) (lapse.CreateOrderRequest, error) {
 			return r, badRequest("invalid_field", "currency: must not be empty (omit it for the default)")
 		}
 		r.Currency = *b.Currency
+	}
+	if b.ReservationID != nil {
+		if *b.ReservationID == "" {
+			return r, badRequest("invalid_field", "reservation_id: must not be empty")
+		}
+		r.ReservationID = *b.ReservationID
 	}
 	if b.TimeoutSeconds != nil {
 		s := *b.TimeoutSeconds

@@ -49,7 +49,7 @@ func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
 	doc := string(httpapi.OpenAPI)
 	for _, want := range []string{
 		"/v1/orders:", "/v1/orders/{id}:", "/v1/orders/{id}/pay:", "/v1/orders/{id}/cancel:",
-		"/v1/payments/notify:", "/v1/skus/{sku}:", "/v1/events:", "/v1/events/retry:", "/healthz:", "/readyz:", "/metrics:",
+		"/v1/payments/notify:", "/v1/skus/{sku}:", "/v1/events:", "/v1/events/retry:", "/v1/tasks:", "/v1/tasks/retry:", "/healthz:", "/readyz:", "/metrics:",
 		"Idempotency-Key", "Lapse-Signature",
 		"timeout_seconds", "amount_cents", "cancel_after", "refund_required", "payment_attempts", "next_cursor", "next_after", "next_attempt_at", "retried",
 	} {
@@ -58,7 +58,7 @@ func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
 		}
 	}
 	// Every error code written in the handlers appears in the document.
-	src := readFile(t, "server.go") + readFile(t, "decode.go")
+	src := readFile(t, "server.go") + readFile(t, "decode.go") + readFile(t, "tasks.go") + readFile(t, "events.go")
 	for _, m := range regexp.MustCompile(`"([a-z]+(?:_[a-z]+)+)"`).FindAllStringSubmatch(src, -1) {
 		code := m[1]
 		if !strings.Contains(src, `, "`+code+`"`) && !strings.Contains(src, `("`+code+`"`) {

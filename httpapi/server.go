@@ -94,6 +94,8 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
 	v1("GET /v1/events", noBody, s.listEvents)
 	v1("POST /v1/events/retry", takesBody, s.retryEvents)
+	v1("GET /v1/tasks", noBody, s.listTasks)
+	v1("POST /v1/tasks/retry", takesBody, s.retryTasks)
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -228,6 +230,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		ae = &apiError{http.StatusServiceUnavailable, "timeout",
 			"the request did not finish in time (a row held by another transaction?); a create's outcome is unknown: retry it with the same Idempotency-Key"}
+	case errors.Is(err, lapse.ErrRemoteStock):
+		ae = &apiError{http.StatusConflict, "stock_remote", "the stock is held by the inventory service (--inventory): ask it"}
 	case errors.Is(err, store.ErrInvalidCursor):
 		ae = &apiError{http.StatusBadRequest, "invalid_cursor", "cursor is not one this API returned"}
 	case errors.Is(err, store.ErrNotFound):

@@ -1,0 +1,94 @@
+package lapse
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Bounds of the operators' view of the stock tasks (GET /v1/tasks, POST
+// /v1/tasks/retry), as for events.
+const (
+	// DefaultTasksLimit is the page size of ListTasks when none is given.
+	DefaultTasksLimit = 100
+	// MaxTasksLimit is the largest page ListTasks serves.
+	MaxTasksLimit = 500
+	// MaxRetryTaskIDs is the most task ids one RetryTasks names.
+	MaxRetryTaskIDs = 1000
+)
+
+// TaskPage is one page of stock tasks, in id order.
+type TaskPage struct {
+	Tasks []order.StockTask
+	// NextAfter is the After of the next page; "" when this page is the last.
+	NextAfter string
+}
+
+// ListTasks returns a page of the stock tasks not DONE — with p.Dead only
+// the DEAD ones, with p.OrderID every task of that order — for operators
+// looking at what the inventory has not applied (GET /v1/tasks). A zero
+// p.Limit is DefaultTasksLimit; p.After is the NextAfter of the previous page.
+func (s *Service) ListTasks(ctx context.Context, p store.ListTasksParams) (TaskPage, error) {
+	if p.Limit < 0 || p.Limit > MaxTasksLimit {
+		return TaskPage{}, invalid("limit", "must be between 1 and %d", MaxTasksLimit)
+	}
+	if len(p.After) > maxIDLen || !plainText(p.After) {
+		return TaskPage{}, invalid("after", "want the next_after of the previous page")
+	}
+	if p.OrderID != "" && (len(p.OrderID) > maxIDLen || !idRE.MatchString(p.OrderID)) {
+		return TaskPage{}, invalid("order_id", "want an order id")
+	}
+	return PageTasks(ctx, s.store, p)
+}
+
+// PageTasks reads one page of st's stock tasks. ListTasks serves it after
+// checking p; `lapse tasks list`, which opens the store itself, calls it
+// directly.
+func PageTasks(ctx context.Context, st store.Tasks, p store.ListTasksParams) (TaskPage, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultTasksLimit
+	}
+	p.Limit = limit + 1 // one more says whether another page follows
+	ts, err := st.ListTasks(ctx, p)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	if len(ts) <= limit {
+		return TaskPage{Tasks: ts}, nil
+	}
+	return TaskPage{Tasks: ts[:limit], NextAfter: ts[limit-1].ID}, nil
+}
+
+// RetryTasks makes DEAD stock tasks PENDING and due at once — those p.IDs
+// names, or with p.AllDead every DEAD one — their failures and age counted
+// afresh, and returns how many. An id that names no DEAD task is not an
+// error: the count tells. The dispatcher is woken.
+func (s *Service) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64, error) {
+	switch {
+	case len(p.IDs) == 0 && !p.AllDead:
+		return 0, invalid("ids", "name the tasks to retry, or retry every dead one")
+	case len(p.IDs) > 0 && p.AllDead:
+		return 0, invalid("ids", "name the tasks to retry or retry every dead one, not both")
+	case len(p.IDs) > MaxRetryTaskIDs:
+		return 0, invalid("ids", "at most %d task ids per retry (retry every dead one instead)", MaxRetryTaskIDs)
+	}
+	for i, id := range p.IDs {
+		if id == "" || len(id) > maxIDLen || !plainText(id) {
+			return 0, invalid("ids["+strconv.Itoa(i)+"]", "want a task id: 1-%d characters of UTF-8 text", maxIDLen)
+		}
+	}
+	n, err := s.store.RetryTasks(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		if s.dispatch != nil {
+			s.dispatch.Notify()
+		}
+		s.log.Info("inventory: dead stock tasks retried", "tasks", n, "all_dead", p.AllDead, "ids", len(p.IDs))
+	}
+	return n, nil
+}
