@@ -249,3 +249,12 @@ func (c *AMQPClient) Close() error {
 	}
 	return nil
 }
+
+// Ping returns nil while the client is connected to the broker, and why not
+// otherwise: a readiness check, costing no round trip.
+func (c *AMQPClient) Ping(ctx context.Context) error {
+	if err := c.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("inventory: amqp client: %w", err)
+	}
+	return nil
+}

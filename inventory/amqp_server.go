@@ -303,3 +303,12 @@ func (s *AMQPServer) Close() error {
 	}
 	return nil
 }
+
+// Ping returns nil while the server is connected to the broker, and why not
+// otherwise: a readiness check, costing no round trip.
+func (s *AMQPServer) Ping(ctx context.Context) error {
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("inventory: amqp server: %w", err)
+	}
+	return nil
+}
