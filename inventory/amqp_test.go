@@ -499,3 +499,25 @@ func TestServeAMQPRunsUntilCancelled(t *testing.T) {
 		t.Errorf("ServeAMQP = %v, want nil once ctx ended", err)
 	}
 }
+
+func TestAMQPReplyQueueDeletedIsDeclaredAgain(t *testing.T) {
+	l := newLedger()
+	s := startAMQP(t, l, "", "", inventory.AMQPTimeout(time.Second))
+	send(t, s.client, command(inventory.Release, "r1"))
+	ch := rabbittest.Channel(t, s.admin)
+	if _, err := ch.QueueDelete(s.client.ReplyQueue(), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// Answers to the missing queue are returned to the inventory and
+	// lost; the client declares its queue again and subscribes anew.
+	cmd := command(inventory.Release, "r2")
+	var a inventory.Answer
+	rabbittest.Eventually(t, 15*time.Second, func() bool {
+		var err error
+		a, err = s.client.Send(context.Background(), cmd)
+		return err == nil
+	}, func() string { return "Send never succeeded after the reply queue was deleted" })
+	if !a.Done() {
+		t.Errorf("answer %+v", a)
+	}
+}
