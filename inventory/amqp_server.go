@@ -38,8 +38,9 @@ import (
 // key, correlation_id the task id, with publisher confirms. An answer whose
 // reply queue is gone (returned unroutable: its lapse went away) is logged
 // and the command settled all the same: lapse sends it again. An answer the
-// broker did not confirm (the connection was lost) leaves the command
-// unsettled, so it is delivered and applied — idempotently — again.
+// broker did not confirm (the connection was lost, or it nacked the answer)
+// sends the command back to the queue, to be applied — idempotently — and
+// answered again.
 // Deliveries are applied concurrently, so Apply must be safe for concurrent
 // use (as Applier requires).
 type AMQPServer struct {
@@ -233,7 +234,11 @@ func (s *AMQPServer) handle(ctx context.Context, d amqp.Delivery) {
 		a.TaskID = task
 	}
 	if !withhold && !s.reply(actx, d, a) {
-		return // unconfirmed: left unsettled, delivered again
+		// Requeued to be applied, idempotently, and answered again. (When
+		// the channel is gone the nack fails, and the broker requeues it
+		// all the same.)
+		s.settle(d, d.Nack(false, true), "requeue")
+		return
 	}
 	if a.Result == Rejected {
 		s.log.Info("inventory: amqp: command rejected and dead-lettered", "task_id", task, "action", c.Action,
@@ -245,8 +250,9 @@ func (s *AMQPServer) handle(ctx context.Context, d amqp.Delivery) {
 }
 
 // reply publishes a to d's reply_to. It returns false when the broker did
-// not confirm it, so the command must stay unsettled; a reply queue that is
-// gone, or no reply_to, is logged and counts as answered.
+// not confirm it (the connection was lost, the broker nacked it), so the
+// command must be delivered again; a reply queue that is gone, or no
+// reply_to, is logged and counts as answered.
 func (s *AMQPServer) reply(ctx context.Context, d amqp.Delivery, a Answer) bool {
 	if d.ReplyTo == "" {
 		s.log.Warn("inventory: amqp: command without reply_to; not answered", "task_id", a.TaskID)
@@ -272,7 +278,7 @@ func (s *AMQPServer) reply(ctx context.Context, d amqp.Delivery, a Answer) bool 
 		s.log.Warn("inventory: amqp: reply queue gone; answer dropped (lapse resends)", "task_id", a.TaskID, "reply_to", d.ReplyTo)
 		return true
 	default:
-		s.log.Warn("inventory: amqp: answer not confirmed; command left to be delivered again", "task_id", a.TaskID, "err", err)
+		s.log.Warn("inventory: amqp: answer not confirmed; command requeued", "task_id", a.TaskID, "err", err)
 		return false
 	}
 }
