@@ -21,7 +21,7 @@ import (
 func BenchmarkAMQPSend(b *testing.B) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			c := startAMQP(b, newLedger(), "", "", inventory.AMQPPrefetch(64)).client
+			c := startAMQP(b, newMemLedger(), "", "", inventory.AMQPPrefetch(64)).client
 			lat := make([]time.Duration, b.N)
 			var next atomic.Int64
 			var wg sync.WaitGroup
@@ -34,7 +34,7 @@ func BenchmarkAMQPSend(b *testing.B) {
 							return
 						}
 						start := time.Now()
-						if _, err := c.Send(context.Background(), command(inventory.Release, fmt.Sprintf("r%d", i))); err != nil {
+						if _, err := c.Send(context.Background(), amqpCommand(inventory.Release, fmt.Sprintf("r%d", i))); err != nil {
 							b.Error(err)
 							return
 						}

@@ -18,11 +18,11 @@ import (
 	"github.com/lapsehq/lapse/inventory"
 )
 
-// ledger is an in-memory Applier that applies each (reservation, action)
-// once, as an inventory's ledger does, with switches for the faults the
+// memLedger is an in-memory Applier that applies each (reservation, action)
+// once, as an inventory's memLedger does, with switches for the faults the
 // transport must carry: failing Applies, withheld answers, rejections, a
 // gate that holds Applies.
-type ledger struct {
+type memLedger struct {
 	mu       sync.Mutex
 	results  map[[2]string]inventory.Result
 	applied  map[[2]string]int
@@ -33,14 +33,14 @@ type ledger struct {
 	gate     chan struct{} // non-nil: Apply waits for it to close
 }
 
-func newLedger() *ledger {
-	return &ledger{
+func newMemLedger() *memLedger {
+	return &memLedger{
 		results: map[[2]string]inventory.Result{}, applied: map[[2]string]int{},
 		withhold: map[string]bool{}, reject: map[string]string{},
 	}
 }
 
-func (l *ledger) Apply(ctx context.Context, c inventory.Command) (inventory.Answer, error) {
+func (l *memLedger) Apply(ctx context.Context, c inventory.Command) (inventory.Answer, error) {
 	l.calls.Add(1)
 	l.mu.Lock()
 	gate := l.gate
@@ -85,7 +85,7 @@ func (l *ledger) Apply(ctx context.Context, c inventory.Command) (inventory.Answ
 	return a, nil
 }
 
-func (l *ledger) timesApplied(reservation string, action inventory.Action) int {
+func (l *memLedger) timesApplied(reservation string, action inventory.Action) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.applied[[2]string{reservation, string(action)}]
@@ -99,7 +99,7 @@ type amqpStack struct {
 	admin  *amqp.Connection
 }
 
-func quiet() inventory.AMQPOption { return inventory.AMQPLogger(slog.New(slog.DiscardHandler)) }
+func quietAMQP() inventory.AMQPOption { return inventory.AMQPLogger(slog.New(slog.DiscardHandler)) }
 
 // startAMQP starts an AMQPServer applying with a, on a prefix of its own,
 // and a client of it, which reach the broker at serverURL and clientURL (""
@@ -113,8 +113,8 @@ func startAMQP(t testing.TB, a inventory.Applier, serverURL, clientURL string, o
 		clientURL = rabbittest.URL(t)
 	}
 	s := &amqpStack{prefix: rabbittest.Name("stock"), admin: rabbittest.Admin(t)}
-	opts = append([]inventory.AMQPOption{inventory.AMQPPrefix(s.prefix), inventory.AMQPRetryBackoff(10*time.Millisecond, 100*time.Millisecond), quiet()}, opts...)
-	deleteAtEnd(t, s.admin, []string{s.prefix, s.prefix + ".dead"}, []string{s.prefix + ".commands", s.prefix + ".dead"})
+	opts = append([]inventory.AMQPOption{inventory.AMQPPrefix(s.prefix), inventory.AMQPRetryBackoff(10*time.Millisecond, 100*time.Millisecond), quietAMQP()}, opts...)
+	deleteAMQPAtEnd(t, s.admin, []string{s.prefix, s.prefix + ".dead"}, []string{s.prefix + ".commands", s.prefix + ".dead"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -134,13 +134,13 @@ func startAMQP(t testing.TB, a inventory.Applier, serverURL, clientURL string, o
 			t.Errorf("server Close: %v", err)
 		}
 	})
-	s.client = dialClient(t, clientURL, opts...)
+	s.client = dialAMQPClient(t, clientURL, opts...)
 	return s
 }
 
-// dialClient dials a client, closed and its reply queue deleted when t
+// dialAMQPClient dials a client, closed and its reply queue deleted when t
 // ends.
-func dialClient(t testing.TB, url string, opts ...inventory.AMQPOption) *inventory.AMQPClient {
+func dialAMQPClient(t testing.TB, url string, opts ...inventory.AMQPOption) *inventory.AMQPClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -148,7 +148,7 @@ func dialClient(t testing.TB, url string, opts ...inventory.AMQPOption) *invento
 	if err != nil {
 		t.Fatal(err)
 	}
-	deleteAtEnd(t, rabbittest.Admin(t), nil, []string{c.ReplyQueue()})
+	deleteAMQPAtEnd(t, rabbittest.Admin(t), nil, []string{c.ReplyQueue()})
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("client Close: %v", err)
@@ -157,8 +157,8 @@ func dialClient(t testing.TB, url string, opts ...inventory.AMQPOption) *invento
 	return c
 }
 
-// deleteAtEnd deletes exchanges and queues when t ends.
-func deleteAtEnd(t testing.TB, conn *amqp.Connection, exchanges, queues []string) {
+// deleteAMQPAtEnd deletes exchanges and queues when t ends.
+func deleteAMQPAtEnd(t testing.TB, conn *amqp.Connection, exchanges, queues []string) {
 	t.Cleanup(func() {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -180,12 +180,12 @@ func amqpTransport(t *testing.T, a inventory.Applier) inventory.Client {
 	return startAMQP(t, a, "", "").client
 }
 
-var seq atomic.Int64
+var amqpSeq atomic.Int64
 
 // command returns a command of action for a reservation, with a task id of
 // its own.
-func command(action inventory.Action, reservation string) inventory.Command {
-	n := seq.Add(1)
+func amqpCommand(action inventory.Action, reservation string) inventory.Command {
+	n := amqpSeq.Add(1)
 	return inventory.Command{
 		TaskID: fmt.Sprintf("task-%d-%d", time.Now().UnixNano(), n), Action: action,
 		ReservationID: reservation, OrderID: "order-" + reservation,
@@ -193,7 +193,7 @@ func command(action inventory.Action, reservation string) inventory.Command {
 	}
 }
 
-func send(t testing.TB, c inventory.Client, cmd inventory.Command) inventory.Answer {
+func amqpSend(t testing.TB, c inventory.Client, cmd inventory.Command) inventory.Answer {
 	t.Helper()
 	a, err := c.Send(context.Background(), cmd)
 	if err != nil {
@@ -206,15 +206,15 @@ func send(t testing.TB, c inventory.Client, cmd inventory.Command) inventory.Ans
 }
 
 func TestAMQPRoundTripOfEachAction(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	s := startAMQP(t, l, "", "")
 	// A queue of the test's beside the inventory's, to look at the
 	// commands as they travel.
 	rec := rabbittest.Record(t, s.admin, rabbittest.Queue(t, s.admin, nil, s.prefix, "stock.#"))
 	var tasks []string
 	for _, action := range []inventory.Action{inventory.Reserve, inventory.Confirm, inventory.Release} {
-		cmd := command(action, "r1")
-		if a := send(t, s.client, cmd); a.Result != inventory.Success {
+		cmd := amqpCommand(action, "r1")
+		if a := amqpSend(t, s.client, cmd); a.Result != inventory.Success {
 			t.Errorf("%s: %+v, want %s", action, a, inventory.Success)
 		}
 		if n := l.timesApplied("r1", action); n != 1 {
@@ -240,17 +240,17 @@ func TestAMQPRoundTripOfEachAction(t *testing.T) {
 }
 
 func TestAMQPDuplicatesAreAnsweredAlreadyDone(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	c := amqpTransport(t, l)
-	cmd := command(inventory.Release, "r1")
-	if a := send(t, c, cmd); a.Result != inventory.Success {
+	cmd := amqpCommand(inventory.Release, "r1")
+	if a := amqpSend(t, c, cmd); a.Result != inventory.Success {
 		t.Fatalf("first: %+v", a)
 	}
-	if a := send(t, c, cmd); a.Result != inventory.AlreadyDone {
+	if a := amqpSend(t, c, cmd); a.Result != inventory.AlreadyDone {
 		t.Errorf("same task again: %+v, want %s", a, inventory.AlreadyDone)
 	}
-	other := command(inventory.Release, "r1") // another task, same (reservation, action)
-	if a := send(t, c, other); a.Result != inventory.AlreadyDone {
+	other := amqpCommand(inventory.Release, "r1") // another task, same (reservation, action)
+	if a := amqpSend(t, c, other); a.Result != inventory.AlreadyDone {
 		t.Errorf("another task: %+v, want %s", a, inventory.AlreadyDone)
 	}
 	if n := l.timesApplied("r1", inventory.Release); n != 1 {
@@ -259,18 +259,18 @@ func TestAMQPDuplicatesAreAnsweredAlreadyDone(t *testing.T) {
 }
 
 func TestAMQPRejectedCommandIsDeadLettered(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	l.reject["r-short"] = inventory.ReasonInsufficientStock
 	s := startAMQP(t, l, "", "")
 
-	refused := command(inventory.Reserve, "r-short")
-	a := send(t, s.client, refused)
+	refused := amqpCommand(inventory.Reserve, "r-short")
+	a := amqpSend(t, s.client, refused)
 	if a.Result != inventory.Rejected || a.Reason != inventory.ReasonInsufficientStock || a.Done() {
 		t.Errorf("answer %+v, want %s for %s", a, inventory.Rejected, inventory.ReasonInsufficientStock)
 	}
-	malformed := command(inventory.Reserve, "r2")
+	malformed := amqpCommand(inventory.Reserve, "r2")
 	malformed.Items = nil // a reserve needs items
-	if a := send(t, s.client, malformed); a.Result != inventory.Rejected || a.Reason == "" {
+	if a := amqpSend(t, s.client, malformed); a.Result != inventory.Rejected || a.Reason == "" {
 		t.Errorf("malformed: %+v, want %s with a reason", a, inventory.Rejected)
 	}
 	// Not even JSON, no reply_to: dead-lettered without an answer.
@@ -298,9 +298,9 @@ func TestAMQPRejectedCommandIsDeadLettered(t *testing.T) {
 }
 
 func TestAMQPWithheldAnswerTimesOutAndResendIsAnswered(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	s := startAMQP(t, l, "", "", inventory.AMQPTimeout(300*time.Millisecond))
-	cmd := command(inventory.Confirm, "r1")
+	cmd := amqpCommand(inventory.Confirm, "r1")
 	l.mu.Lock()
 	l.withhold[cmd.TaskID] = true
 	l.mu.Unlock()
@@ -309,7 +309,7 @@ func TestAMQPWithheldAnswerTimesOutAndResendIsAnswered(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("withheld: Send = %v, want a deadline error", err)
 	}
-	if a := send(t, s.client, cmd); a.Result != inventory.AlreadyDone {
+	if a := amqpSend(t, s.client, cmd); a.Result != inventory.AlreadyDone {
 		t.Errorf("resend: %+v, want %s", a, inventory.AlreadyDone)
 	}
 	if n := l.timesApplied("r1", inventory.Confirm); n != 1 {
@@ -318,10 +318,10 @@ func TestAMQPWithheldAnswerTimesOutAndResendIsAnswered(t *testing.T) {
 }
 
 func TestAMQPLateAnswerIsDroppedAndCounted(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	l.gate = make(chan struct{})
 	s := startAMQP(t, l, "", "", inventory.AMQPTimeout(200*time.Millisecond))
-	cmd := command(inventory.Release, "r1")
+	cmd := amqpCommand(inventory.Release, "r1")
 	if _, err := s.client.Send(context.Background(), cmd); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Send = %v, want a deadline error", err)
 	}
@@ -331,7 +331,7 @@ func TestAMQPLateAnswerIsDroppedAndCounted(t *testing.T) {
 }
 
 func TestAMQPManyConcurrentSends(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	c := amqpTransport(t, l)
 	const workers, each = 32, 8
 	var wg sync.WaitGroup
@@ -339,7 +339,7 @@ func TestAMQPManyConcurrentSends(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				cmd := command(inventory.Release, fmt.Sprintf("r-%d-%d", w, i))
+				cmd := amqpCommand(inventory.Release, fmt.Sprintf("r-%d-%d", w, i))
 				a, err := c.Send(context.Background(), cmd)
 				switch {
 				case err != nil:
@@ -358,16 +358,16 @@ func TestAMQPManyConcurrentSends(t *testing.T) {
 }
 
 func TestAMQPClientsOfSeveralInstancesGetTheirOwnAnswers(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	s := startAMQP(t, l, "", "")
-	other := dialClient(t, rabbittest.URL(t), inventory.AMQPPrefix(s.prefix), quiet())
+	other := dialAMQPClient(t, rabbittest.URL(t), inventory.AMQPPrefix(s.prefix), quietAMQP())
 	if other.ReplyQueue() == s.client.ReplyQueue() {
 		t.Fatal("two clients share a reply queue")
 	}
 	var wg sync.WaitGroup
 	for i, c := range []*inventory.AMQPClient{s.client, other, s.client, other} {
 		wg.Go(func() {
-			cmd := command(inventory.Release, fmt.Sprintf("r%d", i))
+			cmd := amqpCommand(inventory.Release, fmt.Sprintf("r%d", i))
 			if a, err := c.Send(context.Background(), cmd); err != nil || a.Result != inventory.Success {
 				t.Errorf("client %d: %+v, %v", i, a, err)
 			}
@@ -383,22 +383,22 @@ func TestAMQPUnroutableCommandIsAnError(t *testing.T) {
 	// A client whose inventory never declared its queue.
 	prefix := rabbittest.Name("stock")
 	admin := rabbittest.Admin(t)
-	deleteAtEnd(t, admin, []string{prefix}, nil)
-	c := dialClient(t, rabbittest.URL(t), inventory.AMQPPrefix(prefix), quiet())
-	_, err := c.Send(context.Background(), command(inventory.Release, "r1"))
+	deleteAMQPAtEnd(t, admin, []string{prefix}, nil)
+	c := dialAMQPClient(t, rabbittest.URL(t), inventory.AMQPPrefix(prefix), quietAMQP())
+	_, err := c.Send(context.Background(), amqpCommand(inventory.Release, "r1"))
 	if !errors.Is(err, rabbit.ErrReturned) {
 		t.Errorf("Send = %v, want rabbit.ErrReturned", err)
 	}
 }
 
 func TestAMQPClientSurvivesConnectionLoss(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	proxy := rabbittest.NewProxy(t, rabbittest.URL(t))
 	s := startAMQP(t, l, "", proxy.URL, inventory.AMQPTimeout(time.Second))
-	send(t, s.client, command(inventory.Release, "r1"))
+	amqpSend(t, s.client, amqpCommand(inventory.Release, "r1"))
 
 	proxy.Cut()
-	cmd := command(inventory.Release, "r2")
+	cmd := amqpCommand(inventory.Release, "r2")
 	if _, err := s.client.Send(context.Background(), cmd); err == nil {
 		t.Fatal("Send succeeded with the connection cut")
 	}
@@ -418,10 +418,10 @@ func TestAMQPClientSurvivesConnectionLoss(t *testing.T) {
 }
 
 func TestAMQPServerSurvivesConnectionLoss(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	proxy := rabbittest.NewProxy(t, rabbittest.URL(t))
 	s := startAMQP(t, l, proxy.URL, "")
-	send(t, s.client, command(inventory.Release, "r0"))
+	amqpSend(t, s.client, amqpCommand(inventory.Release, "r0"))
 
 	proxy.Cut()
 	// Once the broker closed the server's channel, what it held unacked is
@@ -429,11 +429,11 @@ func TestAMQPServerSurvivesConnectionLoss(t *testing.T) {
 	ch := rabbittest.Channel(t, s.admin)
 	var before amqp.Queue
 	rabbittest.Eventually(t, 10*time.Second, func() bool {
-		before = inspect(t, ch, s.prefix+".commands")
+		before = inspectQueue(t, ch, s.prefix+".commands")
 		return s.server.Ping(context.Background()) != nil && before.Consumers == 0
 	}, func() string { return "the server's connection never went away" })
 	// Commands wait in the durable queue while the inventory is away.
-	cmd := command(inventory.Release, "r1")
+	cmd := amqpCommand(inventory.Release, "r1")
 	answered := make(chan error, 1)
 	go func() {
 		a, err := s.client.Send(context.Background(), cmd)
@@ -442,7 +442,7 @@ func TestAMQPServerSurvivesConnectionLoss(t *testing.T) {
 		}
 		answered <- err
 	}()
-	rabbittest.Eventually(t, 5*time.Second, func() bool { return inspect(t, ch, s.prefix+".commands").Messages == before.Messages+1 },
+	rabbittest.Eventually(t, 5*time.Second, func() bool { return inspectQueue(t, ch, s.prefix+".commands").Messages == before.Messages+1 },
 		func() string { return "the command never waited in the queue" })
 	proxy.Restore(t)
 	if err := <-answered; err != nil {
@@ -454,7 +454,7 @@ func TestAMQPServerSurvivesConnectionLoss(t *testing.T) {
 }
 
 // inspect returns queue's ready messages and consumers.
-func inspect(t testing.TB, ch *amqp.Channel, queue string) amqp.Queue {
+func inspectQueue(t testing.TB, ch *amqp.Channel, queue string) amqp.Queue {
 	t.Helper()
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
@@ -464,10 +464,10 @@ func inspect(t testing.TB, ch *amqp.Channel, queue string) amqp.Queue {
 }
 
 func TestAMQPApplyErrorRequeuesThenSucceeds(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	l.failures.Store(3)
 	c := amqpTransport(t, l)
-	if a := send(t, c, command(inventory.Release, "r1")); a.Result != inventory.Success {
+	if a := amqpSend(t, c, amqpCommand(inventory.Release, "r1")); a.Result != inventory.Success {
 		t.Errorf("answer %+v", a)
 	}
 	if n := l.calls.Load(); n != 4 {
@@ -476,19 +476,19 @@ func TestAMQPApplyErrorRequeuesThenSucceeds(t *testing.T) {
 }
 
 func TestServeAMQPRunsUntilCancelled(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	prefix := rabbittest.Name("stock")
-	deleteAtEnd(t, rabbittest.Admin(t), []string{prefix, prefix + ".dead"}, []string{prefix + ".commands", prefix + ".dead"})
-	opts := []inventory.AMQPOption{inventory.AMQPPrefix(prefix), quiet()}
+	deleteAMQPAtEnd(t, rabbittest.Admin(t), []string{prefix, prefix + ".dead"}, []string{prefix + ".commands", prefix + ".dead"})
+	opts := []inventory.AMQPOption{inventory.AMQPPrefix(prefix), quietAMQP()}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- inventory.ServeAMQP(ctx, rabbittest.URL(t), l, opts...) }()
-	c := dialClient(t, rabbittest.URL(t), opts...)
+	c := dialAMQPClient(t, rabbittest.URL(t), opts...)
 	// Unroutable until ServeAMQP declared its queue.
 	var a inventory.Answer
 	rabbittest.Eventually(t, 10*time.Second, func() bool {
 		var err error
-		a, err = c.Send(context.Background(), command(inventory.Release, "r1"))
+		a, err = c.Send(context.Background(), amqpCommand(inventory.Release, "r1"))
 		return err == nil
 	}, func() string { return "ServeAMQP never answered" })
 	if a.Result != inventory.Success {
@@ -501,16 +501,16 @@ func TestServeAMQPRunsUntilCancelled(t *testing.T) {
 }
 
 func TestAMQPReplyQueueDeletedIsDeclaredAgain(t *testing.T) {
-	l := newLedger()
+	l := newMemLedger()
 	s := startAMQP(t, l, "", "", inventory.AMQPTimeout(time.Second))
-	send(t, s.client, command(inventory.Release, "r1"))
+	amqpSend(t, s.client, amqpCommand(inventory.Release, "r1"))
 	ch := rabbittest.Channel(t, s.admin)
 	if _, err := ch.QueueDelete(s.client.ReplyQueue(), false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	// Answers to the missing queue are returned to the inventory and
 	// lost; the client declares its queue again and subscribes anew.
-	cmd := command(inventory.Release, "r2")
+	cmd := amqpCommand(inventory.Release, "r2")
 	var a inventory.Answer
 	rabbittest.Eventually(t, 15*time.Second, func() bool {
 		var err error
