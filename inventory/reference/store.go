@@ -61,7 +61,7 @@ func Open(ctx context.Context, storeURL string) (*Store, error) {
 	case "sqlite":
 		path, err := url.PathUnescape(rest)
 		if err != nil || path == "" {
-			return nil, errors.New("reference: store: want sqlite://path or sqlite://:memory:")
+			return nil, errors.New("reference: store: want sqlite://path, or sqlite://:memory: for a database in memory")
 		}
 		v := url.Values{}
 		v.Add("_pragma", "busy_timeout(10000)")
