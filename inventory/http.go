@@ -114,8 +114,7 @@ func (c *httpClient) Send(ctx context.Context, cmd Command) (Answer, error) {
 	req.Header.Set("Idempotency-Key", cmd.TaskID)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		// *url.Error; its URL holds no secret unless baseURL has one,
-		// which the caller redacts where it logs.
+		// A *url.Error: net/http strips a password from its URL.
 		return Answer{}, fmt.Errorf("inventory: http: %s %s: %w", cmd.Action, cmd.ReservationID, err)
 	}
 	defer resp.Body.Close()
