@@ -34,6 +34,7 @@ var commands = []command{
 	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink", runEvents},
 	{"reconcile", "compare orders with the payment gateway's records; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
+	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},
 	{"version", "print the version", runVersion},
 }
 
