@@ -16,6 +16,7 @@ import (
 	"github.com/lapsehq/lapse/internal/rabbit"
 	"github.com/lapsehq/lapse/internal/rabbit/rabbittest"
 	"github.com/lapsehq/lapse/inventory"
+	"github.com/lapsehq/lapse/inventory/inventorytest"
 )
 
 // memLedger is an in-memory Applier that applies each (reservation, action)
@@ -520,4 +521,10 @@ func TestAMQPReplyQueueDeletedIsDeclaredAgain(t *testing.T) {
 	if !a.Done() {
 		t.Errorf("answer %+v", a)
 	}
+}
+
+// The AMQP transport passes the conformance suite every transport passes,
+// against the reference inventory.
+func TestAMQPTransportConformance(t *testing.T) {
+	inventorytest.Exercise(t, amqpTransport)
 }

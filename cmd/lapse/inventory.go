@@ -14,10 +14,11 @@ import (
 )
 
 // serveInventoryAMQP consumes the stock commands from the RabbitMQ broker at
-// url, applies them with a and publishes the answers, until ctx ends. It is
-// the AMQP transport's server side (inventory.ServeAMQP), filled in where
-// that transport is built; nil, `lapse inventory --amqp` is refused.
-var serveInventoryAMQP func(ctx context.Context, url string, a inventory.Applier, logger *slog.Logger) error
+// url, applies them with a and publishes the answers, until ctx ends: the
+// AMQP transport's server side.
+func serveInventoryAMQP(ctx context.Context, url string, a inventory.Applier, logger *slog.Logger) error {
+	return inventory.ServeAMQP(ctx, url, a, inventory.AMQPLogger(logger))
+}
 
 func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("inventory", stderr)
@@ -38,9 +39,6 @@ func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error
 	if !isLoopback(*listen) && !*allowPublic {
 		fmt.Fprintf(stderr, "lapse inventory: refusing to listen on %s: the reference inventory's routes take no authentication, so anyone who reaches it could set stock or switch faults on; listen on 127.0.0.1, or pass --allow-public\n", *listen)
 		return errUsage
-	}
-	if *amqpURL != "" && serveInventoryAMQP == nil {
-		return exitError{code: 2, err: errors.New("--amqp: the reference inventory's AMQP transport is not built yet; serve HTTP only (drop --amqp)")}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 

@@ -134,13 +134,6 @@ func TestInventoryCommandRefuses(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--store", "mysql://u:hunter2@h/db"}, 1, "unsupported scheme"},
 		{[]string{"--listen", "127.0.0.1:0", "--store", "sqlite://" + dir}, 1, "--store"},
 	}
-	if serveInventoryAMQP == nil {
-		cases = append(cases, struct {
-			args []string
-			code int
-			want string
-		}{[]string{"--listen", "127.0.0.1:0", "--store", "sqlite://:memory:", "--amqp", "amqp://guest:guest@127.0.0.1:5672/"}, 2, "not built yet"})
-	}
 	for _, c := range cases {
 		out, code := lapseRun(t, 15*time.Second, nil, append([]string{"inventory"}, c.args...)...)
 		if code != c.code || !strings.Contains(out, c.want) || strings.Contains(out, "hunter2") {
