@@ -36,6 +36,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
 	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	sinkFl := addSinkFlags(fs)
+	invFl := addInventoryFlags(fs)
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -90,6 +91,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if cfg.Outbox, err = sinkFl.config(logger); err != nil {
 		return usage("%v", err)
 	}
+	if err := invFl.check(); err != nil {
+		return usage("%v", err)
+	}
 	sinks, closeSinks, err := sinkFl.open(ctx, logger)
 	if err != nil {
 		return usage("%v", err)
@@ -101,6 +105,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer openedTimers.close()
+	closeInventory, err := invFl.configure(ctx, &cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeInventory()
 	if g, err := gw.open(logger); err != nil {
 		return err
 	} else if g != nil {
@@ -151,7 +160,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	used := svc.Config()
 	logger.Info("lapse serving", append(started, "grace", used.Grace, "default_timeout", used.DefaultTimeout,
-		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "sinks", sinkNames(sinks), "version", version)...)
+		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "sinks", sinkNames(sinks), "inventory", redact.URL(*invFl.url), "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)
