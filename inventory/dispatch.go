@@ -229,9 +229,15 @@ func CommandOf(t order.StockTask) Command {
 // outcome decides what becomes of t after the inventory answered a (err nil)
 // or the send failed with err.
 func (d *Dispatcher) outcome(t store.ClaimedTask, a Answer, err error) store.TaskOutcome {
-	o := store.TaskOutcome{ID: t.ID, Attempts: t.Attempts, Result: string(a.Result)}
+	o := store.TaskOutcome{ID: t.ID, Attempts: t.Attempts, Result: string(a.Result),
+		Action: t.Action, OrderID: t.OrderID, ReservationID: t.ReservationID}
 	switch {
 	case err == nil && a.Done():
+		o.Done = true
+		return o
+	case err == nil && t.Action == order.TaskReserve:
+		// A reserve the inventory refused holds nothing: the reserving
+		// step is over, and the create's retry answers insufficient_stock.
 		o.Done = true
 		return o
 	case err == nil: // REJECTED: for good, an operator decides

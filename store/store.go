@@ -33,6 +33,12 @@ var (
 	ErrAmountMismatch = errors.New("store: amount does not match the order")
 	ErrInvalidCursor  = errors.New("store: invalid cursor")
 	ErrPaymentIDUsed  = errors.New("store: payment id already used by another attempt of this order")
+	// ErrReservationUsed: another order holds this reservation of the
+	// remote inventory; a reservation backs one order.
+	ErrReservationUsed = errors.New("store: another order holds this reservation")
+	// ErrReservationReleased: the stock lapse reserved for an order id was
+	// given back before the order was created; create it under a new id.
+	ErrReservationReleased = errors.New("store: the reservation of this order id was released before the order was created")
 	// ErrInvalid: the parameters of a call are out of range (a programming error).
 	ErrInvalid = errors.New("store: invalid parameters")
 )

@@ -30,6 +30,34 @@ type Tasks interface {
 	RetryTasks(ctx context.Context, p RetryTasksParams) (int64, error)
 	// TaskStats counts the tasks not DONE (metrics, the dashboard).
 	TaskStats(ctx context.Context) (TaskStats, error)
+
+	// BeginReserve starts a create whose stock lapse reserves itself at the
+	// remote inventory (--inventory-reserve): the order's reserve task — the
+	// reserving step — is written (or, for a retry of the create, found)
+	// and leased to the caller for lease, so that no dispatcher sends it
+	// meanwhile. Exists says the order was created already: the caller
+	// creates it as usual (a replay of its idempotency key, or
+	// ErrOrderExists). A reserve the inventory refused before is
+	// ErrInsufficientStock; one whose stock was given back since (the create
+	// failed and was compensated) is ErrReservationReleased.
+	BeginReserve(ctx context.Context, p CreateOrderParams, lease time.Duration) (ReserveStart, error)
+	// CreateReserved creates the order once the inventory holds its stock,
+	// and marks its reserve task DONE, in one transaction. A create that
+	// fails (ErrOrderExists, ErrIdempotencyMismatch) gives the stock back:
+	// the reserve task is DONE and a release task is written beside it. A
+	// reservation a dispatcher released meanwhile is ErrReservationReleased.
+	CreateReserved(ctx context.Context, p CreateOrderParams, t ClaimedTask, result string) (CreateOrderResult, error)
+	// DropReserve ends a reserve the inventory refused: the reserve task is
+	// DONE with result, and nothing else is written.
+	DropReserve(ctx context.Context, t ClaimedTask, result string) error
+}
+
+// ReserveStart is where a create with --inventory-reserve stands.
+type ReserveStart struct {
+	// Task is the order's reserve task, leased to the caller.
+	Task ClaimedTask
+	// Exists: the order was created already; create it as usual.
+	Exists bool
 }
 
 // ClaimTasksParams says what a dispatcher claims.
@@ -57,6 +85,12 @@ type ClaimedTask struct {
 type TaskOutcome struct {
 	ID       string
 	Attempts int // the claim's, as ClaimedTask.Attempts
+	// Action and OrderID are the task's. A reserve that ends DONE for an
+	// order that was never created (its create failed or was abandoned)
+	// gives its stock back: the settle writes the order's release task.
+	Action        order.TaskAction
+	OrderID       string
+	ReservationID string
 	// Done: the inventory applied the command (now or before); the task is
 	// DONE. Otherwise the send failed: Error says why, Dead parks the task
 	// for an operator, and RetryIn is when it is due again.

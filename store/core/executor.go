@@ -142,6 +142,12 @@ type TaskExecutor interface {
 	RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error)
 	// TaskStats counts PENDING and DEAD tasks (Now is the caller's).
 	TaskStats(ctx context.Context) (store.TaskStats, error)
+	// LockTask reads the task (reservation, action) and holds its row until
+	// the transaction ends; store.ErrNotFound when there is none.
+	LockTask(ctx context.Context, reservation string, action order.TaskAction) (store.ClaimedTask, error)
+	// LeaseTask leases task id whatever its status: PENDING, next_at =
+	// leaseUntil, attempts + 1; the task as it is then.
+	LeaseTask(ctx context.Context, id string, leaseUntil time.Time) (store.ClaimedTask, error)
 }
 
 // OutboxExecutor runs the statements of the outbox (store.Outbox): sinks,
@@ -333,6 +339,8 @@ type Effects struct {
 	// (those orders are not in IDs). Their key (order, action) refuses a
 	// second one as the ledger's does: ErrMovedTwice.
 	Tasks []NewTask
+	// TasksDue is when the Tasks are first due; zero: Now.
+	TasksDue time.Time
 }
 
 // NewTask is one stock task to write, PENDING and due at once.

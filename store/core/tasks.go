@@ -46,6 +46,14 @@ func (s *Store) SettleTasks(ctx context.Context, outcomes []store.TaskOutcome) e
 			return err
 		}
 		for _, o := range outcomes {
+			if o.Action == order.TaskReserve && o.Done {
+				// A reserve the dispatcher resolved: the order may never
+				// have been created, and then its stock goes back.
+				if err := s.compensateIn(ctx, tx, o); err != nil {
+					return fmt.Errorf("settle reserve task %s: %w", o.ID, err)
+				}
+				continue
+			}
 			if err := tx.SettleTask(ctx, o, now, now.Add(max(o.RetryIn, 0))); err != nil {
 				return fmt.Errorf("settle task %s: %w", o.ID, err)
 			}

@@ -189,6 +189,9 @@ func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 	_, err := e.db.ExecContext(ctx, q.Get("insert_order"), o.ID, o.AmountCents, o.Currency,
 		o.CreatedAt, o.ExpiresAt, o.CancelAfter, o.ReservationID)
 	if err != nil {
+		if isDuplicate(err) && strings.Contains(err.Error(), "orders_reservation") {
+			return interpretError(err, store.ErrReservationUsed)
+		}
 		return interpretError(err, store.ErrOrderExists)
 	}
 	for _, chunk := range chunks(o.Items) {

@@ -449,8 +449,8 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIME
 -- failures, next_at, since, created_at, done_at, dead_at, result, last_error.
 
 -- name: insert_tasks
--- Params: (id, order id, action, reservation id, items, now ×3) per task,
--- PENDING and due now. The unique key (order_id, action) refuses a second
+-- Params: (id, order id, action, reservation id, items, due, now, now) per
+-- task, PENDING. The unique key (reservation_id, action) refuses a second
 -- task of an action (core.ErrMovedTwice).
 INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at, last_error)
 VALUES /*each*/(?, ?, ?, ?, ?, ?, ?, ?, '');
@@ -508,3 +508,15 @@ WHERE status = 'DEAD' AND id IN (/*each*/?);
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM stock_tasks WHERE status IN ('PENDING', 'DEAD');
+
+-- name: lock_task
+-- Params: reservation id, action.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks WHERE reservation_id = ? AND action = ?
+FOR UPDATE;
+
+-- name: lease_task
+-- Params: the lease's end, id (read back with tasks_by_id).
+UPDATE stock_tasks SET status = 'PENDING', next_at = ?, attempts = attempts + 1, dead_at = NULL
+WHERE id = ?;

@@ -15,10 +15,14 @@ import (
 
 // insertTasks writes ef's stock tasks, maxList to a statement.
 func (e executor) insertTasks(ctx context.Context, ef core.Effects) error {
+	due := ef.TasksDue
+	if due.IsZero() {
+		due = ef.Now
+	}
 	for _, chunk := range chunks(ef.Tasks) {
 		a := make([]any, 0, 8*len(chunk))
 		for _, t := range chunk {
-			a = append(a, t.ID, t.OrderID, string(t.Action), t.ReservationID, string(t.Items), ef.Now, ef.Now, ef.Now)
+			a = append(a, t.ID, t.OrderID, string(t.Action), t.ReservationID, string(t.Items), due, ef.Now, ef.Now)
 		}
 		if _, err := e.db.ExecContext(ctx, each(q.Get("insert_tasks"), len(chunk)), a...); err != nil {
 			return fmt.Errorf("stock tasks: %w", interpretError(err, core.ErrMovedTwice))
@@ -108,4 +112,28 @@ func (e executor) TaskStats(ctx context.Context) (store.TaskStats, error) {
 		st.OldestPending = oldest.Time.UTC()
 	}
 	return st, err
+}
+
+// LockTask implements core.Executor.
+func (e executor) LockTask(ctx context.Context, reservation string, action order.TaskAction) (store.ClaimedTask, error) {
+	return e.oneTask(ctx, q.Get("lock_task"), reservation, string(action))
+}
+
+// LeaseTask implements core.Executor: the update, then the row read back.
+func (e executor) LeaseTask(ctx context.Context, id string, leaseUntil time.Time) (store.ClaimedTask, error) {
+	if _, err := e.db.ExecContext(ctx, q.Get("lease_task"), leaseUntil, id); err != nil {
+		return store.ClaimedTask{}, err
+	}
+	return e.oneTask(ctx, each(q.Get("tasks_by_id"), 1), id)
+}
+
+func (e executor) oneTask(ctx context.Context, query string, args ...any) (store.ClaimedTask, error) {
+	ts, err := sqlrows.Collect(ctx, e.db, query, args, scanTask)
+	if err != nil {
+		return store.ClaimedTask{}, err
+	}
+	if len(ts) == 0 {
+		return store.ClaimedTask{}, store.ErrNotFound
+	}
+	return ts[0], nil
 }

@@ -128,9 +128,11 @@ func interpretError(err error) error {
 	switch pe.ConstraintName {
 	case "orders_pkey":
 		return refused{store.ErrOrderExists, err}
+	case "orders_reservation":
+		return refused{store.ErrReservationUsed, err}
 	case "payments_pkey":
 		return refused{store.ErrPaymentIDUsed, err}
-	case "stock_ledger_pkey", "stock_tasks_order_action":
+	case "stock_ledger_pkey", "stock_tasks_reservation_action":
 		return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)
 	}
 	return err

@@ -254,8 +254,10 @@ func TestDeadlockedTransactionRunsAgain(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if runs[0]+runs[1] != 3 {
-		t.Fatalf("runs %v: want one of the two run twice", runs)
+	// At least one ran again; under load the retry can meet the other
+	// transaction again and deadlock once more, and is run again too.
+	if runs[0]+runs[1] < 3 {
+		t.Fatalf("runs %v: want one of the two run again", runs)
 	}
 	for _, sku := range []string{"a", "b"} {
 		if k, err := s.GetSKU(ctx, sku); err != nil || k.Available != 7 {

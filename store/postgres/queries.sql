@@ -503,10 +503,11 @@ INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
 
 -- name: insert_tasks
 -- One PENDING task per position of $2…$6 (ids, order ids, actions,
--- reservation ids, items), due at $1. The key (order_id, action) refuses a
--- second task of an action (stock_tasks_order_action → core.ErrMovedTwice).
+-- reservation ids, items), written at $1 and due at $7. The key (reservation_id,
+-- action) refuses a second task of an action (stock_tasks_reservation_action
+-- → core.ErrMovedTwice).
 INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
-SELECT t.id, t.order_id, t.action, t.reservation_id, t.items, $1, $1, $1
+SELECT t.id, t.order_id, t.action, t.reservation_id, t.items, $7, $1, $1
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS t (id, order_id, action, reservation_id, items);
 
 -- name: claim_tasks
@@ -556,3 +557,17 @@ WHERE status = 'DEAD' AND ($3::boolean OR id = ANY($2::text[]));
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'DEAD'),
        min(created_at) FILTER (WHERE status = 'PENDING')
 FROM stock_tasks WHERE status <> 'DONE';
+
+-- name: lock_task
+-- $1 reservation id, $2 action: the task, its row held until the transaction ends.
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks WHERE reservation_id = $1 AND action = $2
+FOR UPDATE;
+
+-- name: lease_task
+-- $1 id, $2 the lease's end: PENDING and held by the caller's claim.
+UPDATE stock_tasks SET status = 'PENDING', next_at = $2, attempts = attempts + 1, dead_at = NULL
+WHERE id = $1
+RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;

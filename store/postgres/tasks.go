@@ -23,7 +23,11 @@ func queueTasks(b *pgx.Batch, ef core.Effects) {
 	for i, t := range ef.Tasks {
 		ids[i], orders[i], actions[i], reservations[i], items[i] = t.ID, t.OrderID, string(t.Action), t.ReservationID, string(t.Items)
 	}
-	b.Queue(q.Get("insert_tasks"), ef.Now, ids, orders, actions, reservations, items)
+	due := ef.TasksDue
+	if due.IsZero() {
+		due = ef.Now
+	}
+	b.Queue(q.Get("insert_tasks"), ef.Now, ids, orders, actions, reservations, items, due)
 }
 
 // scanTask reads the column list every task query returns.
@@ -99,4 +103,30 @@ func (e executor) TaskStats(ctx context.Context) (store.TaskStats, error) {
 		st.OldestPending = oldest.UTC()
 	}
 	return st, nil
+}
+
+// LockTask implements core.Executor.
+func (e executor) LockTask(ctx context.Context, reservation string, action order.TaskAction) (store.ClaimedTask, error) {
+	return e.oneTask(ctx, "lock_task", reservation, string(action))
+}
+
+// LeaseTask implements core.Executor.
+func (e executor) LeaseTask(ctx context.Context, id string, leaseUntil time.Time) (store.ClaimedTask, error) {
+	return e.oneTask(ctx, "lease_task", id, leaseUntil)
+}
+
+// oneTask runs a query returning at most one task; store.ErrNotFound when none.
+func (e executor) oneTask(ctx context.Context, name string, args ...any) (store.ClaimedTask, error) {
+	rows, err := e.db.Query(ctx, q.Get(name), args...)
+	if err != nil {
+		return store.ClaimedTask{}, interpretError(err)
+	}
+	ts, err := pgx.CollectRows(rows, scanTask)
+	if err != nil {
+		return store.ClaimedTask{}, interpretError(err)
+	}
+	if len(ts) == 0 {
+		return store.ClaimedTask{}, store.ErrNotFound
+	}
+	return ts[0], nil
 }

@@ -99,8 +99,8 @@ FROM orders WHERE status = 'PAYING' AND cancel_after <= ?1;
 SELECT 'order ' || o.id || ' (' || o.status || '): release task ' || (rl.id IS NOT NULL)
        || ', confirm task ' || (c.id IS NOT NULL) AS detail
 FROM orders o
-LEFT JOIN stock_tasks rl ON rl.order_id = o.id AND rl.action = 'release'
-LEFT JOIN stock_tasks c  ON c.order_id = o.id  AND c.action = 'confirm'
+LEFT JOIN stock_tasks rl ON rl.reservation_id = o.reservation_id AND rl.action = 'release'
+LEFT JOIN stock_tasks c  ON c.reservation_id = o.reservation_id  AND c.action = 'confirm'
 WHERE o.reservation_id IS NOT NULL
   AND ((o.status = 'PAID') != (c.id IS NOT NULL) OR (o.status = 'CANCELLED') != (rl.id IS NOT NULL));
 

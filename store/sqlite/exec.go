@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"modernc.org/sqlite"
@@ -268,6 +269,9 @@ func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID strin
 func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 	_, err := e.exec(ctx, "insert_order", o.ID, o.AmountCents, o.Currency, ms(o.CreatedAt), ms(o.ExpiresAt), ms(o.CancelAfter), o.ReservationID)
 	if isUniqueViolation(err) {
+		if strings.Contains(err.Error(), "orders.reservation_id") {
+			return store.ErrReservationUsed
+		}
 		return store.ErrOrderExists
 	}
 	if err != nil {

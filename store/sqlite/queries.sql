@@ -337,10 +337,10 @@ WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');
 
 -- name: insert_tasks
 -- ?2 is a JSON array of {"id","order_id","action","reservation_id","items"},
--- each PENDING and due at ?1. UNIQUE (order_id, action) refuses a second task
--- of an action (core.ErrMovedTwice).
+-- each PENDING, written at ?1 and due at ?3. UNIQUE (reservation_id, action)
+-- refuses a second task of an action (core.ErrMovedTwice).
 INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
-SELECT value ->> 'id', value ->> 'order_id', value ->> 'action', value ->> 'reservation_id', value ->> 'items', ?1, ?1, ?1
+SELECT value ->> 'id', value ->> 'order_id', value ->> 'action', value ->> 'reservation_id', value ->> 'items', ?3, ?1, ?1
 FROM json_each(?2);
 
 -- name: claim_tasks
@@ -382,3 +382,16 @@ WHERE status = 'DEAD' AND (?3 OR id IN (SELECT value FROM json_each(?2)));
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM stock_tasks WHERE status <> 'DONE';
+
+-- name: lock_task
+-- ?1 reservation id, ?2 action (one writer: reading is holding).
+SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM stock_tasks WHERE reservation_id = ?1 AND action = ?2;
+
+-- name: lease_task
+-- ?1 id, ?2 the lease's end.
+UPDATE stock_tasks SET status = 'PENDING', next_at = ?2, attempts = attempts + 1, dead_at = NULL
+WHERE id = ?1
+RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;

@@ -30,7 +30,11 @@ func (e executor) insertTasks(ctx context.Context, ef core.Effects) error {
 	for i, t := range ef.Tasks {
 		rows[i] = taskRow{ID: t.ID, OrderID: t.OrderID, Action: string(t.Action), ReservationID: t.ReservationID, Items: string(t.Items)}
 	}
-	if _, err := e.exec(ctx, "insert_tasks", ms(ef.Now), jsonArray(rows)); err != nil {
+	due := ef.TasksDue
+	if due.IsZero() {
+		due = ef.Now
+	}
+	if _, err := e.exec(ctx, "insert_tasks", ms(ef.Now), jsonArray(rows), ms(due)); err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)
 		}
@@ -102,4 +106,25 @@ func (e executor) TaskStats(ctx context.Context) (store.TaskStats, error) {
 		st.OldestPending = fromMS(oldest.Int64)
 	}
 	return st, err
+}
+
+// LockTask implements core.Executor.
+func (e executor) LockTask(ctx context.Context, reservation string, action order.TaskAction) (store.ClaimedTask, error) {
+	return e.oneTask(ctx, "lock_task", reservation, string(action))
+}
+
+// LeaseTask implements core.Executor.
+func (e executor) LeaseTask(ctx context.Context, id string, leaseUntil time.Time) (store.ClaimedTask, error) {
+	return e.oneTask(ctx, "lease_task", id, ms(leaseUntil))
+}
+
+func (e executor) oneTask(ctx context.Context, name string, args ...any) (store.ClaimedTask, error) {
+	ts, err := sqlrows.Collect(ctx, e.db, q.Get(name), args, scanTask)
+	if err != nil {
+		return store.ClaimedTask{}, err
+	}
+	if len(ts) == 0 {
+		return store.ClaimedTask{}, store.ErrNotFound
+	}
+	return ts[0], nil
 }

@@ -56,6 +56,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
 	exerciseOutbox(t, newStore)
 	exerciseTasks(t, newStore)
+	exerciseReserve(t, newStore)
 	t.Run("list pages through every order once", func(t *testing.T) { testList(t, newStore) })
 	t.Run("pending deadlines page in due order", func(t *testing.T) { testPendingDeadlines(t, newStore) })
 	t.Run("stuck payments are counted and audited as warnings", func(t *testing.T) { testStuck(t, newStore) })

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -75,6 +76,10 @@ func testTasksWritten(t *testing.T, newStore Factory) {
 	}
 	CreateRemote(t, s, "r-paid", "far")
 	CreateRemote(t, s, "r-timeout", "far")
+	if _, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "r-again", Items: []order.Item{{SKU: "far", Qty: 1}}, AmountCents: 1,
+		Currency: "EUR", Timeout: timeout, ReservationID: "res-r-paid"}); !errors.Is(err, store.ErrReservationUsed) {
+		t.Fatalf("a second order on one reservation: %v, want ErrReservationUsed", err)
+	}
 	Create(t, s, "l-timeout", "local")
 	if _, err := s.GetSKU(ctx, "far"); err == nil {
 		t.Fatal("a remote create made a SKU row")

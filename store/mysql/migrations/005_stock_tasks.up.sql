@@ -6,6 +6,10 @@
 -- name: add_reservation_id
 ALTER TABLE orders ADD COLUMN reservation_id VARCHAR(255) NULL;
 
+-- name: add_orders_reservation
+-- A reservation backs one order (NULLs do not collide).
+ALTER TABLE orders ADD UNIQUE KEY orders_reservation (reservation_id);
+
 -- name: create_stock_tasks
 CREATE TABLE IF NOT EXISTS stock_tasks (
     id             VARCHAR(64)  NOT NULL,
@@ -24,7 +28,8 @@ CREATE TABLE IF NOT EXISTS stock_tasks (
     result         VARCHAR(32)  NOT NULL DEFAULT '',
     last_error     TEXT         NOT NULL,
     PRIMARY KEY (id),
-    UNIQUE KEY stock_tasks_order_action (order_id, action),
+    UNIQUE KEY stock_tasks_reservation_action (reservation_id, action),
+    KEY stock_tasks_order (order_id),
     KEY stock_tasks_due (status, next_at),
     KEY stock_tasks_open (status, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -5,14 +5,20 @@
 -- its cancel writes a release task, its payment a confirm task, in the
 -- transition's own transaction (the local message table of the saga).
 --
--- stock_tasks: one row per (order, action), the key refusing a second one as
--- stock_ledger's refuses a second release. A dispatcher claims PENDING rows
+-- A reservation backs one order (orders_reservation, unique).
+--
+-- stock_tasks: one row per (reservation, action) — what the inventory applies
+-- once — the key refusing a second one as stock_ledger's refuses a second
+-- release. A release that gives back a reservation whose order was never
+-- created (--inventory-reserve) has the order id that was asked for; the key
+-- is the reservation's so it cannot collide with another order's task. A dispatcher claims PENDING rows
 -- that are due with FOR UPDATE SKIP LOCKED, leasing them by moving next_at
 -- forward and counting attempts (the claim's token for its settle). DONE rows
 -- are kept: they are the record the audit and reconcile read. failures and
 -- since count toward --task-max-attempts and --task-max-age, and start afresh
 -- when an operator retries a DEAD task.
 ALTER TABLE orders ADD COLUMN reservation_id text;
+CREATE UNIQUE INDEX orders_reservation ON orders (reservation_id) WHERE reservation_id IS NOT NULL;
 
 CREATE TABLE stock_tasks (
     id             text        PRIMARY KEY,
@@ -30,7 +36,8 @@ CREATE TABLE stock_tasks (
     dead_at        timestamptz,
     result         text        NOT NULL DEFAULT '',
     last_error     text        NOT NULL DEFAULT '',
-    CONSTRAINT stock_tasks_order_action UNIQUE (order_id, action)
+    CONSTRAINT stock_tasks_reservation_action UNIQUE (reservation_id, action)
 );
+CREATE INDEX stock_tasks_order ON stock_tasks (order_id);
 CREATE INDEX stock_tasks_due ON stock_tasks (next_at) WHERE status = 'PENDING';
 CREATE INDEX stock_tasks_open ON stock_tasks (status, id) WHERE status <> 'DONE';

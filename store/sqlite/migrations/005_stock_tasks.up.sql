@@ -2,6 +2,7 @@
 -- name for the design). Times are Unix milliseconds, as everywhere in this
 -- store; SQLite's one writer serializes the claims.
 ALTER TABLE orders ADD COLUMN reservation_id TEXT;
+CREATE UNIQUE INDEX orders_reservation ON orders (reservation_id) WHERE reservation_id IS NOT NULL;
 
 CREATE TABLE stock_tasks (
     id             TEXT    PRIMARY KEY,
@@ -19,7 +20,8 @@ CREATE TABLE stock_tasks (
     dead_at        INTEGER,
     result         TEXT    NOT NULL DEFAULT '',
     last_error     TEXT    NOT NULL DEFAULT '',
-    UNIQUE (order_id, action)
+    UNIQUE (reservation_id, action)
 ) WITHOUT ROWID;
+CREATE INDEX stock_tasks_order ON stock_tasks (order_id);
 CREATE INDEX stock_tasks_due ON stock_tasks (next_at) WHERE status = 'PENDING';
 CREATE INDEX stock_tasks_open ON stock_tasks (status, id) WHERE status <> 'DONE';

@@ -1,0 +1,162 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+)
+
+// exerciseReserve is the reserving step of creates whose stock lapse
+// reserves itself at the remote inventory (--inventory-reserve).
+func exerciseReserve(t *testing.T, newStore Factory) {
+	t.Run("reserving: the reserve task is leased to the create, then DONE beside the order", func(t *testing.T) { testReserveCreated(t, newStore) })
+	t.Run("reserving: a refused reserve leaves no order, and a retry is refused", func(t *testing.T) { testReserveRefused(t, newStore) })
+	t.Run("reserving: a reserve resolved without its order gives the stock back", func(t *testing.T) { testReserveCompensated(t, newStore) })
+	t.Run("reserving: a create retried while a dispatcher holds the reserve takes it over", func(t *testing.T) { testReserveTakenOver(t, newStore) })
+}
+
+func reserveParams(id string) store.CreateOrderParams {
+	return store.CreateOrderParams{ID: id, Items: []order.Item{{SKU: "far", Qty: 2}}, AmountCents: 1000, Currency: "EUR",
+		Timeout: timeout, Grace: grace, ReservationID: id}
+}
+
+func beginReserve(t testing.TB, s store.Store, id string) store.ReserveStart {
+	t.Helper()
+	st, err := s.BeginReserve(context.Background(), reserveParams(id), 30*time.Second)
+	if err != nil {
+		t.Fatalf("begin reserve %s: %v", id, err)
+	}
+	return st
+}
+
+func tasksOf(t testing.TB, s store.Store, id string) map[order.TaskAction]order.StockTask {
+	t.Helper()
+	ts, err := s.ListTasks(context.Background(), store.ListTasksParams{OrderID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[order.TaskAction]order.StockTask{}
+	for _, tk := range ts {
+		out[tk.Action] = tk
+	}
+	return out
+}
+
+func testReserveCreated(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	st := beginReserve(t, s, "rv1")
+	tk := st.Task
+	if st.Exists || tk.Action != order.TaskReserve || tk.ReservationID != "rv1" || tk.Attempts != 1 || tk.Status != order.TaskPending ||
+		len(tk.Items) != 1 || tk.Items[0] != (order.Item{SKU: "far", Qty: 2}) {
+		t.Fatalf("begin reserve: %+v", st)
+	}
+	if got := claimTasks(t, s, 10, time.Minute); len(got) != 0 {
+		t.Fatalf("a dispatcher claimed %v while the create holds it", taskNames(got))
+	}
+	res, err := s.CreateReserved(ctx, reserveParams("rv1"), tk, "REPLENISH_SUCCESS")
+	if err != nil || res.Order.ReservationID != "rv1" || res.Order.Status != order.Pending {
+		t.Fatalf("create reserved: %+v, %v", res, err)
+	}
+	if got := tasksOf(t, s, "rv1"); got[order.TaskReserve].Status != order.TaskDone || len(got) != 1 {
+		t.Fatalf("tasks after the create: %+v; want the reserve DONE and nothing else", got)
+	}
+	if again := beginReserve(t, s, "rv1"); !again.Exists {
+		t.Fatalf("begin reserve of a created order: %+v, want Exists", again)
+	}
+	clk.Advance(time.Hour)
+	if got := claimTasks(t, s, 10, time.Minute); len(got) != 0 {
+		t.Fatalf("claimed %v: a DONE reserve is never sent again", taskNames(got))
+	}
+	AuditOK(t, s)
+}
+
+func testReserveRefused(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	st := beginReserve(t, s, "rv2")
+	if err := s.DropReserve(ctx, st.Task, "REJECTED"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetOrder(ctx, "rv2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get a refused order: %v, want not found", err)
+	}
+	if _, err := s.BeginReserve(ctx, reserveParams("rv2"), time.Minute); !errors.Is(err, store.ErrInsufficientStock) {
+		t.Fatalf("begin reserve again: %v, want insufficient stock", err)
+	}
+	if got := tasksOf(t, s, "rv2"); len(got) != 1 || got[order.TaskReserve].Result != "REJECTED" {
+		t.Fatalf("tasks %+v: want the refused reserve only", got)
+	}
+	AuditOK(t, s)
+}
+
+func testReserveCompensated(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	st := beginReserve(t, s, "rv3")
+	// The inventory did not answer: the create hands the reserve to the
+	// dispatchers (due at once) and its client gives up.
+	settleTasks(t, s, store.TaskOutcome{ID: st.Task.ID, Attempts: st.Task.Attempts, Error: "timeout",
+		Action: order.TaskReserve, OrderID: "rv3", ReservationID: "rv3"})
+	got := claimTasks(t, s, 10, time.Minute)
+	if len(got) != 1 || got[0].Action != order.TaskReserve || got[0].Attempts != 2 {
+		t.Fatalf("dispatcher claimed %+v, want the reserve", got)
+	}
+	settleTasks(t, s, store.TaskOutcome{ID: got[0].ID, Attempts: got[0].Attempts, Done: true, Result: "ALREADY_DONE",
+		Action: order.TaskReserve, OrderID: "rv3", ReservationID: "rv3"})
+	tasks := tasksOf(t, s, "rv3")
+	if tasks[order.TaskReserve].Status != order.TaskDone || tasks[order.TaskRelease].Status != order.TaskPending ||
+		tasks[order.TaskRelease].ReservationID != "rv3" || len(tasks[order.TaskRelease].Items) != 1 {
+		t.Fatalf("tasks %+v: want the reserve DONE and a release giving its stock back", tasks)
+	}
+	if _, err := s.BeginReserve(ctx, reserveParams("rv3"), time.Minute); !errors.Is(err, store.ErrReservationReleased) {
+		t.Fatalf("begin reserve after the release: %v, want ErrReservationReleased", err)
+	}
+
+	// A create that cannot be made gives its stock back too.
+	st4 := beginReserve(t, s, "rv4")
+	CreateRemote(t, s, "rv4", "far") // the id is taken meanwhile
+	if _, err := s.CreateReserved(ctx, reserveParams("rv4"), st4.Task, "REPLENISH_SUCCESS"); !errors.Is(err, store.ErrOrderExists) {
+		t.Fatalf("create reserved on a taken id: %v, want ErrOrderExists", err)
+	}
+	if tasks := tasksOf(t, s, "rv4"); tasks[order.TaskReserve].Status != order.TaskDone || tasks[order.TaskRelease].ReservationID != "rv4" {
+		t.Fatalf("tasks %+v: want the reserve DONE and its release", tasks)
+	}
+}
+
+func testReserveTakenOver(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	st := beginReserve(t, s, "rv5")
+	clk.Advance(time.Minute) // the create's lease ran out: a dispatcher takes the reserve
+	held := claimTasks(t, s, 10, time.Minute)
+	if len(held) != 1 {
+		t.Fatalf("claimed %v", taskNames(held))
+	}
+	retry := beginReserve(t, s, "rv5") // the client retries its create
+	if retry.Task.ID != st.Task.ID || retry.Task.Attempts != 3 {
+		t.Fatalf("retry took %+v, want the same task at attempt 3", retry.Task)
+	}
+	// The dispatcher's answer comes back: its claim is stale, it decides nothing.
+	settleTasks(t, s, store.TaskOutcome{ID: held[0].ID, Attempts: held[0].Attempts, Done: true, Result: "REPLENISH_SUCCESS",
+		Action: order.TaskReserve, OrderID: "rv5", ReservationID: "rv5"})
+	if tasks := tasksOf(t, s, "rv5"); len(tasks) != 1 || tasks[order.TaskReserve].Status != order.TaskPending {
+		t.Fatalf("tasks %+v after a stale settle: want the reserve still held by the create", tasks)
+	}
+	if _, err := s.CreateReserved(ctx, reserveParams("rv5"), retry.Task, "ALREADY_DONE"); err != nil {
+		t.Fatalf("create reserved: %v", err)
+	}
+	if tasks := tasksOf(t, s, "rv5"); len(tasks) != 1 || tasks[order.TaskReserve].Status != order.TaskDone {
+		t.Fatalf("tasks %+v: want the reserve DONE, no release", tasks)
+	}
+	AuditOK(t, s)
+}
