@@ -34,6 +34,17 @@ var (
 	// ErrRemoteStock: the stock is held by a remote inventory
 	// (Config.Inventory), so lapse keeps no SKU counters to set or read.
 	ErrRemoteStock = errors.New("lapse: the stock is held by the inventory service, not by lapse")
+	// ErrReservationUsed: another order holds the reservation_id given.
+	ErrReservationUsed = store.ErrReservationUsed
+	// ErrReservationReleased: with InventoryReserve, the stock reserved for
+	// this order id was given back before the order was created (an earlier
+	// try failed); create the order under a new id.
+	ErrReservationReleased = store.ErrReservationReleased
+	// ErrReservationUnknown: with InventoryReserve, the inventory did not
+	// answer the reserve in time. Nothing is lost: the reserve is resolved
+	// by the dispatcher (its stock given back if the order is not created),
+	// and a retry of the create with the same Idempotency-Key picks it up.
+	ErrReservationUnknown = errors.New("lapse: the inventory did not answer the reservation; retry the create with the same Idempotency-Key")
 )
 
 // InvalidError is a request that fails validation. Code is stable (clients
@@ -113,6 +124,10 @@ type Config struct {
 	Inventory inventory.Client
 	// Tasks tunes the stock-task dispatcher (with Inventory).
 	Tasks inventory.DispatcherConfig
+	// InventoryReserve makes lapse reserve each order's stock at the
+	// Inventory itself (reservation id = order id) instead of taking the
+	// caller's reservation_id; see Service.CreateOrder. Needs Inventory.
+	InventoryReserve bool
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
 	DefaultTimeout time.Duration
 	// MaxTimeout bounds timeout_seconds. Defaults to 7 days.
@@ -189,6 +204,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	if c.Store == nil {
 		return errors.New("lapse: Config.Store is required")
+	}
+	if c.InventoryReserve && c.Inventory == nil {
+		return errors.New("lapse: Config.InventoryReserve needs an Inventory to reserve at")
 	}
 	if c.DefaultTimeout < time.Millisecond {
 		return fmt.Errorf("lapse: Config.DefaultTimeout %s: want at least 1ms", c.DefaultTimeout)

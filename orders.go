@@ -70,7 +70,12 @@ func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (Create
 	if err != nil {
 		return CreateOrderResult{}, err
 	}
-	res, err := s.store.CreateOrder(ctx, p)
+	var res store.CreateOrderResult
+	if s.cfg.InventoryReserve {
+		res, err = s.createReserving(ctx, p)
+	} else {
+		res, err = s.store.CreateOrder(ctx, p)
+	}
 	if err != nil {
 		return CreateOrderResult{}, err
 	}
@@ -134,6 +139,9 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 		return p, invalid("Idempotency-Key", "at most %d characters", maxKeyLen)
 	}
 	switch {
+	case s.cfg.InventoryReserve && r.ReservationID != "":
+		return p, invalid("reservation_id", "lapse reserves the stock at the inventory itself here (--inventory-reserve): send no reservation_id")
+	case s.cfg.InventoryReserve:
 	case s.dispatch == nil && r.ReservationID != "":
 		return p, invalid("reservation_id", "lapse holds the stock itself here (--inventory local): send no reservation_id")
 	case s.dispatch != nil && r.ReservationID == "":
@@ -159,6 +167,9 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 	p.RequestHash = hex.EncodeToString(sum[:])
 	if p.ID == "" {
 		p.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if s.cfg.InventoryReserve {
+		p.ReservationID = p.ID // the reserve's idempotency at the inventory
 	}
 	return p, nil
 }

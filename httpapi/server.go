@@ -230,6 +230,14 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		ae = &apiError{http.StatusServiceUnavailable, "timeout",
 			"the request did not finish in time (a row held by another transaction?); a create's outcome is unknown: retry it with the same Idempotency-Key"}
+	case errors.Is(err, store.ErrReservationUsed):
+		ae = &apiError{http.StatusConflict, "reservation_used", "another order holds this reservation_id; a reservation backs one order"}
+	case errors.Is(err, store.ErrReservationReleased):
+		ae = &apiError{http.StatusConflict, "reservation_released",
+			"the stock reserved for this order id was given back after an earlier try failed; create the order under a new id"}
+	case errors.Is(err, lapse.ErrReservationUnknown):
+		ae = &apiError{http.StatusServiceUnavailable, "reservation_unknown",
+			"the inventory did not answer the reservation; retry the create with the same Idempotency-Key (nothing is held that lapse does not know about)"}
 	case errors.Is(err, lapse.ErrRemoteStock):
 		ae = &apiError{http.StatusConflict, "stock_remote", "the stock is held by the inventory service (--inventory): ask it"}
 	case errors.Is(err, store.ErrInvalidCursor):

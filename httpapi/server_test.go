@@ -28,6 +28,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/payment"
@@ -59,6 +60,8 @@ type envConfig struct {
 	Postgres bool
 	// RequestTimeout is httpapi.Options.RequestTimeout (0: its default).
 	RequestTimeout time.Duration
+	// Inventory, when set, holds the stock (lapse.Config.Inventory).
+	Inventory inventory.Client
 }
 
 type env struct {
@@ -100,7 +103,8 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatalf("Migrate: %v", err)
 	}
 	svc, err := lapse.New(lapse.Config{
-		Store: st, Scheduler: memory.New(memory.Config{}), Grace: cfg.Grace, Logger: discard,
+		Store: st, Scheduler: memory.New(memory.Config{}), Grace: cfg.Grace, Logger: discard, Inventory: cfg.Inventory,
+		Tasks: inventory.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatalf("lapse.New: %v", err)
@@ -278,7 +282,7 @@ func checkOrder(t *testing.T, raw []byte) order.Order {
 	}
 	required := []string{"id", "status", "items", "amount_cents", "currency", "created_at", "expires_at",
 		"cancel_after", "refund_required", "payment_attempts", "version"}
-	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id", "payments"}
+	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id", "payments", "reservation_id", "tasks"}
 	for _, k := range required {
 		if _, ok := m[k]; !ok {
 			t.Errorf("order lacks %q: %s", k, raw)
@@ -350,6 +354,7 @@ type createReq struct {
 	AmountCents    int64    `json:"amount_cents"`
 	Currency       string   `json:"currency,omitempty"`
 	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
+	ReservationID  string   `json:"reservation_id,omitempty"`
 }
 
 func secs(f float64) *float64 { return &f }

@@ -17,6 +17,7 @@ import (
 // local) or an inventory service that lapse sends stock tasks to.
 type inventoryFlags struct {
 	url         *string
+	reserve     *bool
 	timeout     *time.Duration
 	maxAttempts *int
 	maxAge      *time.Duration
@@ -27,6 +28,8 @@ func addInventoryFlags(fs *flagSet) *inventoryFlags {
 	return &inventoryFlags{
 		url: fs.String("inventory", "local", "who holds the stock: local (lapse's own SKU counters), amqp://user:pass@host:5672/vhost "+
 			"(an inventory service taking stock commands over RabbitMQ) or http://host:port (over HTTP); docs/sagas.md"),
+		reserve: fs.Bool("inventory-reserve", false, "lapse reserves each order's stock at the inventory itself (reservation id = order id) "+
+			"instead of taking the reservation_id the caller made there; needs --inventory amqp://… or http://…"),
 		timeout:     fs.Duration("inventory-timeout", 5*time.Second, span{min: time.Millisecond}, "how long one stock command waits for the inventory's answer before it is retried"),
 		maxAttempts: fs.Int("task-max-attempts", 20, "failed sends after which a stock task is DEAD, for an operator's `lapse tasks retry` (1 to 10000)"),
 		maxAge:      fs.Duration("task-max-age", 24*time.Hour, positive, "how long a stock task may keep failing before it is DEAD"),
@@ -40,6 +43,9 @@ func (f *inventoryFlags) remote() bool { return *f.url != "local" }
 // check validates the flags without connecting anywhere.
 func (f *inventoryFlags) check() error {
 	if !f.remote() {
+		if *f.reserve {
+			return fmt.Errorf("--inventory-reserve needs --inventory amqp://… or http://…: with --inventory local lapse holds the stock itself")
+		}
 		return nil
 	}
 	u, err := url.Parse(*f.url)
@@ -80,7 +86,7 @@ func (f *inventoryFlags) configure(ctx context.Context, cfg *lapse.Config, logge
 	default:
 		c = inventory.NewHTTPClient(*f.url, inventory.WithTimeout(*f.timeout))
 	}
-	cfg.Inventory = c
+	cfg.Inventory, cfg.InventoryReserve = c, *f.reserve
 	cfg.Tasks = inventory.DispatcherConfig{
 		MaxAttempts: *f.maxAttempts, MaxAge: *f.maxAge, Workers: *f.workers,
 		SendTimeout: *f.timeout, Logger: logger,
