@@ -28,8 +28,8 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
-	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"
