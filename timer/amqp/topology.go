@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -9,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/lapsehq/lapse/redact"
 )
 
 // maxRoutingKey is AMQP 0-9-1's limit on a routing key (a short string).
@@ -164,6 +167,42 @@ func topologyError(what, name string, err error) error {
 		return fmt.Errorf("declare %s %s: %w (it exists with other settings: a change of base, levels or queue_type needs a new prefix)", what, name, err)
 	}
 	return fmt.Errorf("declare %s %s: %w", what, name, err)
+}
+
+// DeleteTopology deletes every exchange and queue of cfg.Prefix (with
+// cfg.Levels levels), with the timers they hold, on a connection of its own
+// to the broker rawURL names (a --timers URL; its prefix and levels, when
+// given, replace cfg's). It is how a prefix is retired, and how benchmarks
+// and tests leave the broker as they found it. Nothing may be running on
+// the prefix: a scheduler that reconnects declares it again.
+func DeleteTopology(ctx context.Context, rawURL string, cfg Config) error {
+	broker, fromURL, err := ParseURL(rawURL)
+	if err != nil {
+		return err
+	}
+	cfg = fromURL.over(cfg)
+	cfg.setDefaults()
+	if msg := validPrefix(cfg.Prefix); msg != "" {
+		return fmt.Errorf("amqp timers: Config.Prefix %q: %s", cfg.Prefix, msg)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cc := &checkConn{url: broker, shown: redact.URL(broker)}
+	defer cc.close()
+	conn, _, err := cc.get()
+	if err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: %w", cfg.Prefix, err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: open a channel: %w", cfg.Prefix, err)
+	}
+	defer ch.Close()
+	if err := deleteTopology(ch, names{prefix: cfg.Prefix, levels: cfg.Levels}); err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: %w", cfg.Prefix, err)
+	}
+	return nil
 }
 
 // deleteTopology deletes every exchange and queue of n, with the timers
