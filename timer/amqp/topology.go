@@ -60,9 +60,23 @@ func (n names) lock() string { return n.prefix + ".seed-lock" }
 
 // pattern is the binding pattern of level k's exchange that matches a
 // routing key whose bit k is bit ('0' or '1'): one "*." for each higher
-// level, the bit, then "#" for the key.
+// level, the bit, then "#" for the key. Only the topology of earlier
+// versions bound with it (see legacyBinding).
 func (n names) pattern(k int, bit byte) string {
 	return strings.Repeat("*.", n.levels-1-k) + string(bit) + ".#"
+}
+
+// next is the binding pattern of level k's exchange that matches a routing
+// key whose highest set bit at or below k is bit i: one "*." for each level
+// above k, a "0." for each of bits k down to i+1, "1." for bit i, then "#"
+// for the lower bits and the key. With i = -1 it matches a key whose bits k
+// down to 0 are all 0: the timer is due, bound for the ready queue.
+func (n names) next(k, i int) string {
+	p := strings.Repeat("*.", n.levels-1-k) + strings.Repeat("0.", k-i)
+	if i >= 0 {
+		p += "1."
+	}
+	return p + "#"
 }
 
 // routingKey is the routing key of a timer that waits units × Base: one
@@ -141,11 +155,26 @@ func declareTopology(ch *amqp091.Channel, n names, base time.Duration, queueType
 		if _, err := ch.QueueDeclare(n.level(k), true, false, false, false, args); err != nil {
 			return topologyError("queue", n.level(k), err)
 		}
-		if err := ch.QueueBind(n.level(k), n.pattern(k, '1'), n.level(k), false, nil); err != nil {
-			return topologyError("binding of queue", n.level(k), err)
+	}
+	// Every exchange routes a timer straight to the queue of its next set
+	// bit, or to the ready queue: one topic match per wait, where passing
+	// the timer down exchange by exchange cost one per level (see
+	// "Routing" in the package doc).
+	for k := n.levels - 1; k >= 0; k-- {
+		for i := k; i >= -1; i-- {
+			q := n.ready()
+			if i >= 0 {
+				q = n.level(i)
+			}
+			if err := ch.QueueBind(q, n.next(k, i), n.level(k), false, nil); err != nil {
+				return topologyError("binding of queue", q, err)
+			}
 		}
-		if err := ch.ExchangeBind(n.below(k), n.pattern(k, '0'), n.level(k), false, nil); err != nil {
-			return topologyError("binding of exchange", n.below(k), err)
+		// Earlier versions passed a timer whose bit k is 0 on to the next
+		// exchange: with both bindings RabbitMQ would still put it in each
+		// queue once, but match it at every exchange of the way.
+		if err := ch.ExchangeUnbind(n.below(k), n.pattern(k, '0'), n.level(k), false, nil); err != nil {
+			return fmt.Errorf("remove the binding of exchange %s from %s (an earlier version's): %w", n.below(k), n.level(k), err)
 		}
 	}
 	markerArgs := queueArgs(queueType)
