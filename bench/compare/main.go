@@ -10,6 +10,10 @@
 // depends on asynq or river.
 //
 //	cd bench/compare && go run . --timers 20000 --over 10s
+//	cd bench/compare && go run . million --timers 1000000 --queue-type classic
+//
+// The second form leaves a million timers pending on RabbitMQ and reports
+// the broker's memory per timer and the publish rate (see million).
 //
 // Every system runs in this process with a handler that only notes the time
 // of each delivery, except lapse's sql timers, which have no handler: the
@@ -153,6 +157,11 @@ func main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "million" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return million(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (

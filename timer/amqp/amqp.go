@@ -381,6 +381,7 @@ var (
 	_ timer.Durable        = (*Scheduler)(nil)
 	_ timer.Seeder         = (*Scheduler)(nil)
 	_ timer.BatchScheduler = (*Scheduler)(nil)
+	_ timer.Counted        = (*Scheduler)(nil)
 )
 
 // Open connects to the broker a --timers URL names (see ParseURL), declares
@@ -501,6 +502,21 @@ func (s *Scheduler) Stats() Stats {
 		Retried:     s.stats.retried.Load(),
 		Losses:      s.stats.losses.Load(),
 		Seeds:       s.stats.seeds.Load(),
+	}
+}
+
+// Counters implements timer.Counted: Stats as the Prometheus counters
+// lapse exports (lapse_amqp_timers_…_total).
+func (s *Scheduler) Counters() []timer.Counter {
+	st := s.Stats()
+	return []timer.Counter{
+		{Name: "lapse_amqp_timers_scheduled_total", Help: "Timer messages the broker confirmed (schedules, and the copies sent again).", Value: st.Scheduled},
+		{Name: "lapse_amqp_timers_unscheduled_total", Help: "Unschedule calls; RabbitMQ cannot take a message out of a queue, so each timer still arrives and the store's guard skips it.", Value: st.Unscheduled},
+		{Name: "lapse_amqp_timers_clamped_total", Help: "Timers due beyond the ladder's longest delay, sent for that delay and again for the rest.", Value: st.Clamped},
+		{Name: "lapse_amqp_timers_republished_total", Help: "Timers that reached the ready queue more than a base before their due time and were sent again for the remainder.", Value: st.Republished},
+		{Name: "lapse_amqp_timers_retried_total", Help: "Timers of batches the handler refused, sent again with a backoff.", Value: st.Retried},
+		{Name: "lapse_amqp_timer_losses_total", Help: "Data losses detected: queues or exchanges deleted, queues purged, the seed marker missing.", Value: st.Losses},
+		{Name: "lapse_amqp_timer_seeds_total", Help: "Seeds from the store run to completion after a data loss.", Value: st.Seeds},
 	}
 }
 
