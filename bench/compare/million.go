@@ -142,18 +142,18 @@ func million(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 type millionResult struct {
-	Timers        int     `json:"timers"`
-	QueueType     string  `json:"queue_type"`
-	Via           string  `json:"via"`
-	Failed        int     `json:"failed"`
-	Held          int     `json:"held"`
-	PublishSec    float64 `json:"publish_s"`
-	PerSec        float64 `json:"timers_per_s"`
-	MemBefore     brokerMem  `json:"memory_before"`
-	MemAfter      brokerMem  `json:"memory_after"`
-	BytesPerTimer float64 `json:"bytes_per_timer"`
-	DiskMBBefore  int     `json:"disk_mb_before"`
-	DiskMBAfter   int     `json:"disk_mb_after"`
+	Timers        int       `json:"timers"`
+	QueueType     string    `json:"queue_type"`
+	Via           string    `json:"via"`
+	Failed        int       `json:"failed"`
+	Held          int       `json:"held"`
+	PublishSec    float64   `json:"publish_s"`
+	PerSec        float64   `json:"timers_per_s"`
+	MemBefore     brokerMem `json:"memory_before"`
+	MemAfter      brokerMem `json:"memory_after"`
+	BytesPerTimer float64   `json:"bytes_per_timer"`
+	DiskMBBefore  int       `json:"disk_mb_before"`
+	DiskMBAfter   int       `json:"disk_mb_after"`
 }
 
 // brokerMem is the broker's memory breakdown, in bytes.
