@@ -87,7 +87,7 @@ func specs() []spec {
 			make: func() system { return &rabbitRaw{} },
 		},
 		{
-			Name: "lapse-nats", Config: "defaults: JetStream message schedules, batch 100, lead 400ms",
+			Name: "lapse-nats", Config: "defaults: JetStream message schedules, batch 200, lead 400ms",
 			Insert: "Schedule, one call per timer", Server: "nats",
 			make: func() system { return &lapseNATS{} },
 		},
