@@ -9,7 +9,28 @@ import (
 
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/timer"
 )
+
+// timerCounters exports a timer backend's own counters (timer.Counted), read
+// at each scrape: the backend keeps them, lapse only shows them.
+type timerCounters struct{ c timer.Counted }
+
+func (t timerCounters) desc(c timer.Counter) *prometheus.Desc {
+	return prometheus.NewDesc(c.Name, c.Help, nil, nil)
+}
+
+func (t timerCounters) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range t.c.Counters() {
+		ch <- t.desc(c)
+	}
+}
+
+func (t timerCounters) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range t.c.Counters() {
+		ch <- prometheus.MustNewConstMetric(t.desc(c), prometheus.CounterValue, float64(c.Value))
+	}
+}
 
 // metrics are the Prometheus series of a Service; names are part of the
 // public surface (dashboards and alerts depend on them).
@@ -101,6 +122,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
+		}
+	}
+	if c, ok := s.timers.(timer.Counted); ok {
+		if err := reg.Register(timerCounters{c}); err != nil {
+			return nil, fmt.Errorf("lapse: register the timer backend's metrics: %w", err)
 		}
 	}
 	om, err := outbox.NewMetrics(reg)

@@ -13,6 +13,14 @@
 # tenth of the size to check the script itself (its figures mean little).
 # Override the servers with LAPSE_BENCH_REDIS (redis://host:port/db) and
 # LAPSE_BENCH_POSTGRES (postgres://…); both must be on this machine.
+# RabbitMQ (LAPSE_BENCH_AMQP, default amqp://guest:guest@127.0.0.1:5672/)
+# runs the amqp rows and, with rabbitmqctl, the million pending timers of
+# section 6. The nats timer rows need nats-server 2.12+ (message schedules):
+# LAPSE_BENCH_NATS_TIMERS=nats://host:port names one; otherwise the script
+# starts LAPSE_BENCH_NATSD (default /tmp/natsbin/nats-server, built with
+# `GOBIN=/tmp/natsbin go install github.com/nats-io/nats-server/v2@v2.15.2`)
+# on 127.0.0.1:4223 with a store of its own, stopped afterwards; without
+# either, those rows are skipped with a note.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +54,9 @@ fi
 
 tmp=$(mktemp -d)
 schemas=()
+natsd_pid=
 cleanup() {
+	if [ -n "$natsd_pid" ]; then kill "$natsd_pid" 2>/dev/null || true; fi
 	for s in "${schemas[@]}"; do
 		PGOPTIONS='-c client_min_messages=warning' psql "$pg" -qAt -c "DROP SCHEMA IF EXISTS $s CASCADE" >/dev/null 2>&1 || true
 	done
@@ -54,6 +64,25 @@ cleanup() {
 }
 trap cleanup EXIT
 step() { printf '\nbenchmarks.sh: %s\n' "$*" >&2; }
+
+amqp=${LAPSE_BENCH_AMQP:-amqp://guest:guest@127.0.0.1:5672/}
+nats=${LAPSE_BENCH_NATS:-nats://127.0.0.1:4222}
+# The nats timers need nats-server 2.12+: the one named, or one started here.
+nats_timers=${LAPSE_BENCH_NATS_TIMERS:-}
+natsd=${LAPSE_BENCH_NATSD:-/tmp/natsbin/nats-server}
+if [ -z "$nats_timers" ] && [ -x "$natsd" ]; then
+	if (exec 3<>/dev/tcp/127.0.0.1/4223) 2>/dev/null; then
+		echo "benchmarks.sh: 127.0.0.1:4223 is taken; the nats timer rows are skipped (set LAPSE_BENCH_NATS_TIMERS)" >&2
+	else
+		"$natsd" -js -a 127.0.0.1 -p 4223 -sd "$tmp/nats" >"$tmp/natsd.log" 2>&1 &
+		natsd_pid=$!
+		for _ in $(seq 100); do
+			if (exec 3<>/dev/tcp/127.0.0.1/4223) 2>/dev/null; then nats_timers=nats://127.0.0.1:4223; break; fi
+			sleep 0.1 # until the server listens, at most 10 s
+		done
+		[ -n "$nats_timers" ] || die "$natsd did not listen on 127.0.0.1:4223 within 10 s (see $tmp/natsd.log)"
+	fi
+fi
 
 # --- The machine ---------------------------------------------------------------
 load_start=$(uptime | sed 's/.*load average: //')
@@ -87,12 +116,13 @@ created() { # created <lone|group> <skus>: orders/s of that benchmark
 # --- 2. Side by side ----------------------------------------------------------------
 compare() { # compare <name> <flags…>: run bench/compare, keep its JSON and table
 	local name=$1; shift
-	(cd bench/compare && go run . "$@" --redis "$redis" --postgres "$pg" --json --out "$tmp/$name.md") >"$tmp/$name.json"
+	(cd bench/compare && go run . "$@" --redis "$redis" --postgres "$pg" --amqp "$amqp" --nats "$nats_timers" --json --out "$tmp/$name.md") >"$tmp/$name.json"
 }
-spread_cmd="cd bench/compare && go run . --timers $timers --over $over --lead $lead --redis $redis --postgres '$pg'"
+mq_flags="--amqp $amqp --nats ${nats_timers:-''}"
+spread_cmd="cd bench/compare && go run . --timers $timers --over $over --lead $lead --redis $redis --postgres '$pg' $mq_flags"
 step "side by side, $timers timers due over $over ($spread_cmd)"
 compare spread --timers "$timers" --over "$over" --lead "$lead"
-burst_cmd="cd bench/compare && go run . --timers $timers --over 0 --lead $burst_lead --redis $redis --postgres '$pg'"
+burst_cmd="cd bench/compare && go run . --timers $timers --over 0 --lead $burst_lead --redis $redis --postgres '$pg' $mq_flags"
 step "side by side, $timers timers all due at once ($burst_cmd)"
 compare burst --timers "$timers" --over 0 --lead "$burst_lead"
 
@@ -134,13 +164,17 @@ if has rate && has duration; then
 	# The reference workload from the field (30-50/s at peak, 15-minute timeout)
 	# with the timeout compressed to seconds.
 	pgschema; bench --store "$store" --timers "$redis" --rate 50 --duration "$ref_duration" --timeout "$ref_timeout"
+	# The message-queue timers at the issue's rate (a prefix or stream of
+	# the run's own, deleted after).
+	pgschema; bench --store "$store" --timers "$amqp" --rate "$rate" --duration 10s --timeout 2s
+	if [ -n "$nats_timers" ]; then
+		pgschema; bench --store "$store" --timers "$nats_timers" --rate "$rate" --duration 10s --timeout 2s
+	fi
 fi
 
 # --- 5. Events out ----------------------------------------------------------------
 # Each sink alone: the relay's lag at 1,000 orders/s, then a backlog drained,
 # beside a plain publisher to the same broker measured in the same run.
-amqp=${LAPSE_BENCH_AMQP:-amqp://guest:guest@127.0.0.1:5672/}
-nats=${LAPSE_BENCH_NATS:-nats://127.0.0.1:4222}
 sink_benches=()
 sink_bench() { # sink_bench <sink URL>
 	local i=${#sink_benches[@]} rate=$((1000 / bench_scale)) drain=$((10000 / bench_scale))
@@ -157,6 +191,22 @@ if has sink; then
 	sink_bench "${amqp%/}/?exchange=lapse.bench.$$"
 	sink_bench "kafka://kfake/lapse.bench"
 	sink_bench "$nats/lapse.bench$$"
+fi
+# --- 6. A million pending timers on RabbitMQ ----------------------------------------
+millions=()
+if command -v rabbitmqctl >/dev/null && rabbitmqctl list_vhosts -q >/dev/null 2>&1; then
+	m_n=$((1000000 / bench_scale))
+	for qt in classic quorum; do
+		cmd="cd bench/compare && go run . million --timers $m_n --queue-type $qt --amqp $amqp"
+		step "$cmd"
+		i=${#millions[@]}
+		millions+=("$cmd")
+		if ! (cd bench/compare && go run . million --timers "$m_n" --queue-type "$qt" --amqp "$amqp" --json) >"$tmp/million$i.json" 2>"$tmp/million$i.err"; then
+			echo "{\"error\": $(tail -3 "$tmp/million$i.err" | jq -Rs .)}" >"$tmp/million$i.json"
+		fi
+	done
+else
+	echo "benchmarks.sh: rabbitmqctl cannot reach the broker: section 6 (a million pending timers) is skipped" >&2
 fi
 load_end=$(uptime | sed 's/.*load average: //')
 
@@ -349,6 +399,30 @@ each event is a delivery row inserted (fan-out), leased and deleted, and its out
 marked twice, per sink, in PostgreSQL; a broker that takes 100,000 messages a second in
 memory is faster than that.
 
+EOF
+	if [ ${#millions[@]} -gt 0 ]; then
+		cat <<'EOF'
+## 6. A million pending timers on RabbitMQ
+
+Timers due an hour ahead, all waiting in one level of the ladder (level 15, 54.6 minutes),
+published with Schedule from 256 goroutines as lapse serve publishes the timers of the orders
+it creates (concurrent calls share batches of confirmed publishes). *Memory* is the broker's
+own count (`rabbitmqctl status`, erlang total) before and after, divided by the timers; the
+run's queues are deleted afterwards.
+
+| command | timers | published/s | broker memory before → after (MiB) | bytes per timer | queue processes (MiB) | binaries (MiB) | disk before → after (MB) |
+| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |
+EOF
+		for i in "${!millions[@]}"; do
+			jq -r --arg cmd "${millions[$i]}" '
+				def mib: . / 1048576 | round;
+				if .error then "| `\($cmd)` | — | failed: \(.error | gsub("\n"; " ")) | — | — | — | — | — |"
+				else "| `\($cmd)` | \(.held) | \(.timers_per_s | round) | \(.memory_before.total | mib) → \(.memory_after.total | mib) | \(.bytes_per_timer | round) | \(((.memory_after.parts.queue_procs // 0) + (.memory_after.parts.quorum_queue_procs // 0)) | mib) | \(.memory_after.parts.binary | mib) | \(.disk_mb_before) → \(.disk_mb_after) |"
+				end' "$tmp/million$i.json"
+		done
+		echo
+	fi
+	cat <<'EOF'
 ## What the numbers mean
 
 **timers/s.** Delivered timers divided by the time from the first due time to the last

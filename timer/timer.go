@@ -48,6 +48,26 @@ type Durable interface {
 	Durable() bool
 }
 
+// Counted is implemented by schedulers that count events of their own — work
+// the service cannot see from outside, such as timers sent again or data
+// losses detected in the broker. lapse exports each counter as a Prometheus
+// counter with its Name, so that an operator sees on the dashboard what the
+// backend did, not only what the store did.
+type Counted interface {
+	// Counters returns the counters' current values, always the same names
+	// in the same order.
+	Counters() []Counter
+}
+
+// Counter is one counter of a Counted scheduler.
+type Counter struct {
+	// Name is the Prometheus metric name, ending in _total.
+	Name string
+	// Help is its description.
+	Help  string
+	Value uint64
+}
+
 // Backoff is the delay before a failed batch is redelivered: 100 ms doubling
 // per attempt, capped at 30 s.
 func Backoff(attempt int) time.Duration {

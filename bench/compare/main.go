@@ -10,6 +10,10 @@
 // depends on asynq or river.
 //
 //	cd bench/compare && go run . --timers 20000 --over 10s
+//	cd bench/compare && go run . million --timers 1000000 --queue-type classic
+//
+// The second form leaves a million timers pending on RabbitMQ and reports
+// the broker's memory per timer and the publish rate (see million).
 //
 // Every system runs in this process with a handler that only notes the time
 // of each delivery, except lapse's sql timers, which have no handler: the
@@ -73,6 +77,21 @@ func specs() []spec {
 			make: func() system { return &lapseSQL{instances: 2, maxSleep: 100 * time.Millisecond} },
 		},
 		{
+			Name: "lapse-amqp", Config: "defaults: base 100ms, 23 levels, classic queues, batch 200",
+			Insert: "Schedule, one call per timer (calls in flight share a batch of confirmed publishes)", Server: "rabbitmq",
+			make: func() system { return &lapseAMQP{} },
+		},
+		{
+			Name: "rabbitmq-raw", Config: "no lapse: one TTL queue (x-message-ttl = lead) dead-lettering into a ready queue, persistent, confirmed, prefetch 200",
+			Insert: "basic.publish, a pacer batch back to back, its confirms awaited together", Server: "rabbitmq",
+			make: func() system { return &rabbitRaw{} },
+		},
+		{
+			Name: "lapse-nats", Config: "defaults: JetStream message schedules, batch 200, lead 400ms",
+			Insert: "Schedule, one call per timer", Server: "nats",
+			make: func() system { return &lapseNATS{} },
+		},
+		{
 			Name: "asynq", Config: fmt.Sprintf("defaults: Concurrency %d (CPUs), DelayedTaskCheckInterval 5s, TaskCheckInterval 1s", cpus),
 			Insert: "EnqueueContext + ProcessAt, one call per timer", Server: "redis",
 			make: func() system { return &asynqSystem{} },
@@ -127,6 +146,7 @@ type params struct {
 type report struct {
 	Params  params   `json:"params"`
 	Results []result `json:"results"`
+	Skipped []string `json:"skipped,omitempty"` // systems not run, and why
 }
 
 func main() {
@@ -137,6 +157,11 @@ func main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "million" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return million(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -147,6 +172,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		conc     = fs.Int("concurrency", 16, "goroutines scheduling timers")
 		redisURL = fs.String("redis", "redis://127.0.0.1:6379/12", "Redis for lapse's redis timers and asynq (keys under prefixes of the run's own, deleted after)")
 		pgURL    = fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL for lapse's sql timers and river (a fresh schema per system, dropped after)")
+		amqpURL  = fs.String("amqp", envOr("LAPSE_BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ for lapse's amqp timers and the raw TTL queue, on this machine (queues of the run's own, deleted after; env LAPSE_BENCH_AMQP); empty skips those rows")
+		natsURL  = fs.String("nats", os.Getenv("LAPSE_BENCH_NATS_TIMERS"), "nats-server 2.12+ with JetStream for lapse's nats timers, on this machine (a stream of the run's own, deleted after; env LAPSE_BENCH_NATS_TIMERS); empty skips that row (Debian's nats-server 2.9 has no message schedules)")
 		sysList  = fs.String("systems", "all", "comma-separated systems to run, or all: "+strings.Join(names(), ","))
 		asJSON   = fs.Bool("json", false, "print the result as JSON instead of a markdown table")
 		out      = fs.String("out", "", "also write the markdown table to this file")
@@ -183,7 +210,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	}
 	e := &env{
 		w:    workload{n: *n, over: *over, lead: *lead},
-		wait: *wait, conc: *conc, redisURL: *redisURL, pgURL: *pgURL,
+		wait: *wait, conc: *conc, redisURL: *redisURL, pgURL: *pgURL, amqpURL: *amqpURL, natsURL: *natsURL,
 		run: runID(),
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
@@ -220,6 +247,12 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if why := e.missing(sp.Server); why != "" {
+			note := fmt.Sprintf("%s: skipped: %s.", sp.Name, why)
+			fmt.Fprintln(stderr, "compare: "+note)
+			rep.Skipped = append(rep.Skipped, note)
+			continue
+		}
 		fmt.Fprintf(stderr, "compare: %s: %d timers over %s, lead %s …\n", sp.Name, *n, *over, *lead)
 		res := run(ctx, e, sp)
 		fmt.Fprintf(stderr, "compare: %s: %s\n", sp.Name, oneLine(res))
@@ -244,6 +277,24 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return errors.New("interrupted")
 	}
 	return nil
+}
+
+// missing says why a system on server cannot run, or "".
+func (e *env) missing(server string) string {
+	switch {
+	case server == "rabbitmq" && e.amqpURL == "":
+		return "no RabbitMQ given (--amqp or LAPSE_BENCH_AMQP)"
+	case server == "nats" && e.natsURL == "":
+		return "no nats-server 2.12+ given (--nats or LAPSE_BENCH_NATS_TIMERS; Debian's 2.9 has no message schedules: `GOBIN=/tmp/natsbin go install github.com/nats-io/nats-server/v2@v2.15.2` and `/tmp/natsbin/nats-server -js -p 4223 -sd /tmp/nats4223`)"
+	}
+	return ""
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
 }
 
 func names() []string {

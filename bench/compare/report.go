@@ -67,7 +67,7 @@ func markdown(rep report) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
-	var notes []string
+	notes := append([]string(nil), rep.Skipped...)
 	for _, r := range rep.Results {
 		if r.Error != "" {
 			notes = append(notes, fmt.Sprintf("%s: %s.", r.Name, r.Error))

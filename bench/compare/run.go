@@ -113,10 +113,13 @@ type env struct {
 	conc     int
 	redisURL string
 	pgURL    string
+	amqpURL  string // "": the amqp rows are skipped
+	natsURL  string // "": the nats row is skipped (it needs nats-server 2.12+)
 	run      string // this run's id: keys, queues and schemas carry it
 	log      *slog.Logger
 	pg       *pgAdmin
 	redis    *redisAdmin
+	procs    serverProcs
 }
 
 // tag makes a system's name fit keys, queue names and schema names.
@@ -131,8 +134,10 @@ func (e *env) tag(name string) string {
 }
 
 // serverCPU is the CPU seconds used so far by the server a system runs on:
-// all of redis-server (INFO cpu), or the PostgreSQL backends serving this
-// run's connections (their application_name). -1 when unknown.
+// all of redis-server (INFO cpu), the PostgreSQL backends serving this
+// run's connections (their application_name), or all of the RabbitMQ or
+// nats-server process (read from /proc: the broker must run on this
+// machine). -1 when unknown.
 func (e *env) serverCPU(ctx context.Context, server string) float64 {
 	switch server {
 	case "redis":
@@ -145,6 +150,8 @@ func (e *env) serverCPU(ctx context.Context, server string) float64 {
 			return -1
 		}
 		return e.pg.backendCPU(ctx, e.appName())
+	case "rabbitmq", "nats":
+		return e.procs.cpu(server, e.natsURL)
 	}
 	return -1
 }

@@ -242,7 +242,7 @@ func feed(ctx context.Context, sys system, w workload, start time.Time, items []
 			}
 		}
 		if next < len(items) {
-			wait := start.Add(w.schedAt(next)).Sub(time.Now())
+			wait := time.Until(start.Add(w.schedAt(next)))
 			select {
 			case <-time.After(max(min(wait, tick), 0)):
 			case <-ctx.Done():

@@ -23,6 +23,7 @@ import (
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
+	amqptimer "github.com/lapsehq/lapse/timer/amqp"
 	"github.com/lapsehq/lapse/timer/redis"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -321,6 +322,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			cfg.Relay, cfg.RelayStore, cfg.RelaySinks = &bench.RelayProbe{}, st, sinkNames(sinks)
 			outboxCfg.OnDelivered = cfg.Relay.OnDelivered
 		}
+		// RabbitMQ timers too, unless the URL names a prefix: the run's
+		// queues are deleted afterwards, with any timer still in them.
+		timersSpec := *timers
+		if u, err := url.Parse(timersSpec); err == nil && (u.Scheme == "amqp" || u.Scheme == "amqps") && !u.Query().Has("prefix") {
+			q := u.Query()
+			q.Set("prefix", prefix)
+			u.RawQuery = q.Encode()
+			timersSpec = u.String()
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if err := amqptimer.DeleteTopology(ctx, timersSpec, amqptimer.Config{}); err != nil {
+					fmt.Fprintf(stderr, "lapse bench: removing the run's queues (%s.*) from RabbitMQ: %v\n", prefix, err)
+				}
+			}()
+		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
 			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
 			if rdb != nil {
@@ -329,7 +346,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					return nil, err
 				}
 				c.Scheduler = s
-			} else if err := setTimers(&c, *timers); err != nil {
+			} else if err := setTimers(&c, timersSpec); err != nil {
 				return nil, err
 			}
 			return lapse.New(c)

@@ -67,7 +67,7 @@ func newPrefix(t testing.TB, levels int) string {
 			return
 		}
 		defer ch.Close()
-		if err := amqptimer.DeleteTopology(ch, prefix, levels); err != nil {
+		if err := amqptimer.DeleteTopologyOn(ch, prefix, levels); err != nil {
 			t.Errorf("delete the topology of %s: %v", prefix, err)
 		}
 	})

@@ -13,7 +13,7 @@ func Names(prefix string, levels int) (levelQueues []string, ready, marker, lock
 	return levelQueues, n.ready(), n.marker(), n.lock()
 }
 
-// DeleteTopology deletes every exchange and queue of prefix with levels.
-func DeleteTopology(ch *amqp091.Channel, prefix string, levels int) error {
+// DeleteTopologyOn deletes every exchange and queue of prefix with levels.
+func DeleteTopologyOn(ch *amqp091.Channel, prefix string, levels int) error {
 	return deleteTopology(ch, names{prefix: prefix, levels: levels})
 }

@@ -159,6 +159,21 @@ func TestServiceCancelsOrdersOnTime(t *testing.T) {
 	if got := timers.Stats().Unscheduled; got != uint64(n-cancelled) {
 		t.Errorf("Stats.Unscheduled %d, want %d (one per paid order)", got, n-cancelled)
 	}
+	// The scheduler's own counters are exported by the service as they are.
+	st2 := timers.Stats()
+	for name, want := range map[string]uint64{
+		"lapse_amqp_timers_scheduled_total":   st2.Scheduled,
+		"lapse_amqp_timers_unscheduled_total": st2.Unscheduled,
+		"lapse_amqp_timer_seeds_total":        st2.Seeds,
+		"lapse_amqp_timer_losses_total":       0,
+	} {
+		if got := metric(t, svc, name); got != float64(want) {
+			t.Errorf("%s %v, want %d (Stats)", name, got, want)
+		}
+	}
+	if st2.Scheduled < n {
+		t.Errorf("Stats.Scheduled %d, want at least %d (one per order)", st2.Scheduled, n)
+	}
 	t.Logf("%d orders cancelled, %d paid; latest cancel %v after its deadline", cancelled, n-cancelled, maxLate.Round(time.Millisecond))
 	storetest.AuditOK(t, st)
 }

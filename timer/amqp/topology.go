@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -9,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/lapsehq/lapse/redact"
 )
 
 // maxRoutingKey is AMQP 0-9-1's limit on a routing key (a short string).
@@ -57,9 +60,23 @@ func (n names) lock() string { return n.prefix + ".seed-lock" }
 
 // pattern is the binding pattern of level k's exchange that matches a
 // routing key whose bit k is bit ('0' or '1'): one "*." for each higher
-// level, the bit, then "#" for the key.
+// level, the bit, then "#" for the key. Only the topology of earlier
+// versions bound with it (see legacyBinding).
 func (n names) pattern(k int, bit byte) string {
 	return strings.Repeat("*.", n.levels-1-k) + string(bit) + ".#"
+}
+
+// next is the binding pattern of level k's exchange that matches a routing
+// key whose highest set bit at or below k is bit i: one "*." for each level
+// above k, a "0." for each of bits k down to i+1, "1." for bit i, then "#"
+// for the lower bits and the key. With i = -1 it matches a key whose bits k
+// down to 0 are all 0: the timer is due, bound for the ready queue.
+func (n names) next(k, i int) string {
+	p := strings.Repeat("*.", n.levels-1-k) + strings.Repeat("0.", k-i)
+	if i >= 0 {
+		p += "1."
+	}
+	return p + "#"
 }
 
 // routingKey is the routing key of a timer that waits units × Base: one
@@ -138,11 +155,26 @@ func declareTopology(ch *amqp091.Channel, n names, base time.Duration, queueType
 		if _, err := ch.QueueDeclare(n.level(k), true, false, false, false, args); err != nil {
 			return topologyError("queue", n.level(k), err)
 		}
-		if err := ch.QueueBind(n.level(k), n.pattern(k, '1'), n.level(k), false, nil); err != nil {
-			return topologyError("binding of queue", n.level(k), err)
+	}
+	// Every exchange routes a timer straight to the queue of its next set
+	// bit, or to the ready queue: one topic match per wait, where passing
+	// the timer down exchange by exchange cost one per level (see
+	// "Routing" in the package doc).
+	for k := n.levels - 1; k >= 0; k-- {
+		for i := k; i >= -1; i-- {
+			q := n.ready()
+			if i >= 0 {
+				q = n.level(i)
+			}
+			if err := ch.QueueBind(q, n.next(k, i), n.level(k), false, nil); err != nil {
+				return topologyError("binding of queue", q, err)
+			}
 		}
-		if err := ch.ExchangeBind(n.below(k), n.pattern(k, '0'), n.level(k), false, nil); err != nil {
-			return topologyError("binding of exchange", n.below(k), err)
+		// Earlier versions passed a timer whose bit k is 0 on to the next
+		// exchange: with both bindings RabbitMQ would still put it in each
+		// queue once, but match it at every exchange of the way.
+		if err := ch.ExchangeUnbind(n.below(k), n.pattern(k, '0'), n.level(k), false, nil); err != nil {
+			return fmt.Errorf("remove the binding of exchange %s from %s (an earlier version's): %w", n.below(k), n.level(k), err)
 		}
 	}
 	markerArgs := queueArgs(queueType)
@@ -164,6 +196,42 @@ func topologyError(what, name string, err error) error {
 		return fmt.Errorf("declare %s %s: %w (it exists with other settings: a change of base, levels or queue_type needs a new prefix)", what, name, err)
 	}
 	return fmt.Errorf("declare %s %s: %w", what, name, err)
+}
+
+// DeleteTopology deletes every exchange and queue of cfg.Prefix (with
+// cfg.Levels levels), with the timers they hold, on a connection of its own
+// to the broker rawURL names (a --timers URL; its prefix and levels, when
+// given, replace cfg's). It is how a prefix is retired, and how benchmarks
+// and tests leave the broker as they found it. Nothing may be running on
+// the prefix: a scheduler that reconnects declares it again.
+func DeleteTopology(ctx context.Context, rawURL string, cfg Config) error {
+	broker, fromURL, err := ParseURL(rawURL)
+	if err != nil {
+		return err
+	}
+	cfg = fromURL.over(cfg)
+	cfg.setDefaults()
+	if msg := validPrefix(cfg.Prefix); msg != "" {
+		return fmt.Errorf("amqp timers: Config.Prefix %q: %s", cfg.Prefix, msg)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cc := &checkConn{url: broker, shown: redact.URL(broker)}
+	defer cc.close()
+	conn, _, err := cc.get()
+	if err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: %w", cfg.Prefix, err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: open a channel: %w", cfg.Prefix, err)
+	}
+	defer ch.Close()
+	if err := deleteTopology(ch, names{prefix: cfg.Prefix, levels: cfg.Levels}); err != nil {
+		return fmt.Errorf("amqp timers: delete the topology of %s: %w", cfg.Prefix, err)
+	}
+	return nil
 }
 
 // deleteTopology deletes every exchange and queue of n, with the timers
