@@ -136,3 +136,13 @@ func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paym
 			"order_id", res.Order.ID, "status", res.Order.Status, "payment_id", paymentID)
 	}
 }
+
+// OrderOfPayment returns the order with a payment attempt named paymentID:
+// a gateway's notification may name only the payment (a Stripe
+// PaymentIntent without metadata.order_id). ErrNotFound when none has.
+func (s *Service) OrderOfPayment(ctx context.Context, paymentID string) (string, error) {
+	if err := validPaymentID("payment_id", paymentID); err != nil {
+		return "", err
+	}
+	return s.store.OrderOfPayment(ctx, paymentID)
+}

@@ -48,7 +48,10 @@ type Options struct {
 	// request stuck behind a lock is answered 503 timeout rather than having
 	// its connection dropped unanswered.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
+	// Notifiers verify gateways' own notifications, each served at POST
+	// /v1/payments/notify/{Name} (gateways.go).
+	Notifiers []payment.Notifier
+	Logger    *slog.Logger
 }
 
 // DefaultRequestTimeout is Options.RequestTimeout's default.
@@ -97,6 +100,9 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("GET /v1/tasks", noBody, s.listTasks)
 	v1("POST /v1/tasks/retry", takesBody, s.retryTasks)
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
+	for _, n := range opts.Notifiers {
+		mux.Handle("POST /v1/payments/notify/"+n.Name(), s.gatewayNotify(n))
+	}
 	mux.Handle("GET /healthz", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))

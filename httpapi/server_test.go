@@ -62,6 +62,8 @@ type envConfig struct {
 	RequestTimeout time.Duration
 	// Inventory, when set, holds the stock (lapse.Config.Inventory).
 	Inventory inventory.Client
+	// Notifiers are httpapi.Options.Notifiers.
+	Notifiers []payment.Notifier
 }
 
 type env struct {
@@ -132,6 +134,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{
 		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard, RequestTimeout: cfg.RequestTimeout,
+		Notifiers: cfg.Notifiers,
 	})))
 	t.Cleanup(srv.Close)
 	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now(), pgURL: pgURL}

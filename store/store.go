@@ -126,6 +126,10 @@ type Orders interface {
 	// order, starting after the given deadline (zero for the first page), for
 	// seeding a scheduler that keeps its timers in memory.
 	PendingDeadlines(ctx context.Context, after Deadline, limit int) ([]Deadline, error)
+	// OrderOfPayment returns the order with a payment attempt named
+	// paymentID (a gateway's notification may name only the payment);
+	// ErrNotFound when none has, ErrInvalid when several have.
+	OrderOfPayment(ctx context.Context, paymentID string) (string, error)
 	// CountStuck counts PAYING orders past their cancel_after: payments whose
 	// outcome lapse is waiting for (a metric and an audit warning).
 	CountStuck(ctx context.Context) (int64, error)

@@ -89,6 +89,9 @@ type Executor interface {
 	// It reads no clock: a failure learnt by a gateway query needs none.
 	FailPayment(ctx context.Context, id, paymentID string) (order.Order, bool, error)
 
+	// OrdersOfPayment reads the ids of up to two orders with an attempt
+	// named paymentID.
+	OrdersOfPayment(ctx context.Context, paymentID string) ([]string, error)
 	// Payments reads the payment attempts of an order, oldest first.
 	Payments(ctx context.Context, orderID string) ([]order.Payment, error)
 	// InsertPayment records a new attempt; store.ErrPaymentIDUsed when the

@@ -471,3 +471,17 @@ func (s *Store) CountStuck(ctx context.Context) (int64, error) {
 	}
 	return 0, fmt.Errorf("count stuck payments: %w", err)
 }
+
+// OrderOfPayment implements store.Orders.
+func (s *Store) OrderOfPayment(ctx context.Context, paymentID string) (string, error) {
+	ids, err := s.d.OrdersOfPayment(ctx, paymentID)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("order of payment %s: %w", paymentID, err)
+	case len(ids) == 0:
+		return "", fmt.Errorf("order of payment %s: %w", paymentID, store.ErrNotFound)
+	case len(ids) > 1:
+		return "", fmt.Errorf("order of payment %s: orders %s and %s both have it: %w", paymentID, ids[0], ids[1], store.ErrInvalid)
+	}
+	return ids[0], nil
+}

@@ -397,3 +397,11 @@ func (e executor) CountStuck(ctx context.Context, now time.Time) (int64, error) 
 	err := e.db.QueryRowContext(ctx, q.Get("count_stuck"), now).Scan(&n)
 	return n, err
 }
+
+// OrdersOfPayment implements core.Executor.
+func (e executor) OrdersOfPayment(ctx context.Context, paymentID string) ([]string, error) {
+	return sqlrows.Collect(ctx, e.db, q.Get("orders_of_payment"), []any{paymentID}, func(r *sql.Rows) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	})
+}

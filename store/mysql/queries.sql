@@ -520,3 +520,7 @@ FOR UPDATE;
 -- Params: the lease's end, id (read back with tasks_by_id).
 UPDATE stock_tasks SET status = 'PENDING', next_at = ?, attempts = attempts + 1, dead_at = NULL
 WHERE id = ?;
+
+-- name: orders_of_payment
+-- Params: payment id. The orders with an attempt of that id, at most two.
+SELECT order_id FROM payments WHERE payment_id = ? ORDER BY order_id LIMIT 2;

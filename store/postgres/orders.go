@@ -308,3 +308,13 @@ func (e executor) CountStuck(ctx context.Context, now time.Time) (int64, error) 
 	err := e.scan(ctx, "count_stuck", []any{now}, &n)
 	return n, err
 }
+
+// OrdersOfPayment implements core.Executor.
+func (e executor) OrdersOfPayment(ctx context.Context, paymentID string) ([]string, error) {
+	rows, err := e.db.Query(ctx, q.Get("orders_of_payment"), paymentID)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, interpretError(err)
+}

@@ -571,3 +571,8 @@ UPDATE stock_tasks SET status = 'PENDING', next_at = $2, attempts = attempts + 1
 WHERE id = $1
 RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
           created_at, done_at, dead_at, result, last_error;
+
+-- name: orders_of_payment
+-- The orders with an attempt named $1, at most two (one is the answer; two
+-- say the id is ambiguous).
+SELECT order_id FROM payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;

@@ -434,3 +434,11 @@ func (e executor) MarkPublished(ctx context.Context, seqs []int64, now time.Time
 	_, err := e.exec(ctx, "mark_published", ms(now), jsonArray(seqs))
 	return err
 }
+
+// OrdersOfPayment implements core.Executor.
+func (e executor) OrdersOfPayment(ctx context.Context, paymentID string) ([]string, error) {
+	return sqlrows.Collect(ctx, e.db, q.Get("orders_of_payment"), []any{paymentID}, func(r *sql.Rows) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	})
+}

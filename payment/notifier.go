@@ -1,0 +1,52 @@
+package payment
+
+import (
+	"context"
+	"net/http"
+)
+
+// Notifier verifies the notifications a gateway sends in its own format —
+// Stripe's signed events, Alipay's signed form, WeChat Pay's signed and
+// encrypted JSON — and turns them into lapse's payment reports. lapse serves
+// each configured Notifier at POST /v1/payments/notify/{Name}, without the
+// API token: the gateway's signature is the authentication.
+//
+// A notification that fails verification — forged, stale, signed with
+// another key, malformed — changes nothing, and Refuse answers it. One that
+// passes is applied report by report (a replay is recognised by its
+// CallbackID and changes nothing), then Acknowledge answers; a report lapse
+// could not apply (its store down) makes the whole notification Refused, so
+// the gateway sends it again.
+type Notifier interface {
+	// Name is the route's last segment: stripe, alipay, wechatpay.
+	Name() string
+	// Verify checks the notification's signature and freshness and returns
+	// the payment reports it carries: none for an event lapse does not act
+	// on (it is still acknowledged, so the gateway stops sending it).
+	Verify(ctx context.Context, header http.Header, body []byte) ([]Report, error)
+	// Acknowledge answers an accepted notification as the gateway expects
+	// (Alipay: the text "success"; WeChat Pay: 204; Stripe: 200).
+	Acknowledge(w http.ResponseWriter)
+	// Refuse answers a notification that failed verification or could not
+	// be applied, as the gateway expects (so that it retries a good one).
+	Refuse(w http.ResponseWriter, err error)
+}
+
+// Report is one payment outcome a gateway's notification carries.
+type Report struct {
+	// OrderID is lapse's order; "" when the notification names only the
+	// payment (a Stripe PaymentIntent without metadata.order_id): lapse
+	// then finds the order by PaymentID.
+	OrderID string
+	// PaymentID is the attempt's id at the gateway (out_trade_no,
+	// PaymentIntent id).
+	PaymentID string
+	// Succeeded: the buyer paid AmountCents. Otherwise the attempt failed
+	// or was cancelled at the gateway.
+	Succeeded   bool
+	AmountCents int64
+	// CallbackID identifies the notification as verified — the gateway's
+	// event or notify id, or a digest of what its signature covers — so
+	// that the same notification again is recognised as a replay.
+	CallbackID string
+}
