@@ -160,3 +160,25 @@ func testReserveTakenOver(t *testing.T, newStore Factory) {
 	}
 	AuditOK(t, s)
 }
+
+func testOrderOfPayment(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 10, "a")
+	Create(t, s, "op1", "a")
+	Create(t, s, "op2", "a")
+	for _, p := range []store.StartPaymentParams{{OrderID: "op1", PaymentID: "pi_1"}, {OrderID: "op2", PaymentID: "pi_2"}, {OrderID: "op2", PaymentID: "pi_3"}} {
+		if _, err := s.StartPayment(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pid, want := range map[string]string{"pi_1": "op1", "pi_2": "op2", "pi_3": "op2"} {
+		if got, err := s.OrderOfPayment(ctx, pid); err != nil || got != want {
+			t.Errorf("order of %s: %q, %v; want %s", pid, got, err, want)
+		}
+	}
+	if _, err := s.OrderOfPayment(ctx, "pi_none"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("order of an unknown payment: %v, want ErrNotFound", err)
+	}
+}

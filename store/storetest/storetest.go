@@ -57,6 +57,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	exerciseOutbox(t, newStore)
 	exerciseTasks(t, newStore)
 	exerciseReserve(t, newStore)
+	t.Run("a payment id finds its order", func(t *testing.T) { testOrderOfPayment(t, newStore) })
 	t.Run("list pages through every order once", func(t *testing.T) { testList(t, newStore) })
 	t.Run("pending deadlines page in due order", func(t *testing.T) { testPendingDeadlines(t, newStore) })
 	t.Run("stuck payments are counted and audited as warnings", func(t *testing.T) { testStuck(t, newStore) })
