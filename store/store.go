@@ -144,7 +144,7 @@ type Stock interface {
 	GetSKU(ctx context.Context, sku string) (SKU, error)
 }
 
-// Auditor checks the invariants of docs/architecture.md §8 over the whole database.
+// Auditor checks the invariants of docs/architecture.md §9 over the whole database.
 type Auditor interface {
 	Audit(ctx context.Context, p AuditParams) (AuditReport, error)
 }

@@ -1,4 +1,4 @@
--- The invariants of docs/architecture.md §7. with the same names as every other store.
+-- The invariants of docs/architecture.md §9, with the same names as every other store.
 -- Each query returns one row per violation, one text column `detail` that a
 -- person can read. Before each check, Audit sets two session variables in
 -- its transaction (audit_params in queries.sql): @now, the audit's clock

@@ -1,4 +1,4 @@
--- The invariants of docs/architecture.md §7. with the same names as every other driver's
+-- The invariants of docs/architecture.md §9, with the same names as every other driver's
 -- audit. Each query returns one row per violation, one text column `detail`
 -- that a person can read. Parameters are named, each check using what it
 -- needs: @now (timestamptz) and @allowed_lag_ms. Names prefixed `warn_` are

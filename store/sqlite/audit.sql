@@ -1,4 +1,4 @@
--- The invariants of docs/architecture.md §7. Each query returns one row per violation,
+-- The invariants of docs/architecture.md §9. Each query returns one row per violation,
 -- one TEXT column `detail` that a person can read. ?1 is now (Unix ms), ?2 the
 -- allowed lag (ms). Names prefixed `warn_` are warnings: worth a look, no invariant broken.
 
