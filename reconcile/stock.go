@@ -57,9 +57,6 @@ const (
 	// (the inventory answered it applied) but the ledger does not hold its
 	// action for the reservation.
 	KindDoneButNotApplied Kind = "done_but_not_applied"
-	// KindSharedReservation: two orders of the range name the same
-	// reservation; each one's commands move the other's stock.
-	KindSharedReservation Kind = "shared_reservation"
 )
 
 // StockParams selects what ReconcileStock compares.
@@ -206,8 +203,8 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 		p.Concurrency = 8
 	}
 	s := &stockRun{p: p, rep: StockReport{From: p.From, To: p.To, Counts: map[Kind]int{}}, mismatched: map[string]bool{}}
-	entries := map[string]*entry{}
-	var suspects []string // order ids
+	entries := map[string]*entry{} // by reservation: one order each
+	var suspects []string          // order ids
 	err := eachOrderIn(ctx, p.Orders, p.From, p.To, p.PageSize, func(o order.Order) error {
 		if o.ReservationID == "" {
 			return nil
@@ -217,13 +214,9 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 			s.rep.Open++
 		}
 		if first, ok := entries[o.ReservationID]; ok {
-			// Both are compared (the first by its entry); each is reported.
-			s.add(StockMismatch{Kind: KindSharedReservation, OrderID: o.ID, ReservationID: o.ReservationID, LapseStatus: o.Status,
-				Detail: fmt.Sprintf("order %s names the same reservation", showID(first.orderID))})
-			s.add(StockMismatch{Kind: KindSharedReservation, OrderID: first.orderID, ReservationID: o.ReservationID, LapseStatus: first.status,
-				Detail: fmt.Sprintf("order %s names the same reservation", showID(o.ID))})
-			suspects = append(suspects, o.ID)
-			return nil
+			// The stores' unique key orders_reservation forbids it.
+			return fmt.Errorf("reconcile: orders %s and %s hold the same reservation %s: the store is not lapse's schema (lapse audit)",
+				showID(first.orderID), showID(o.ID), showID(o.ReservationID))
 		}
 		entries[o.ReservationID] = &entry{orderID: o.ID, status: o.Status}
 		return nil
@@ -262,7 +255,6 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 	}
 	entries = nil // the re-reads need only the suspects
 	slices.Sort(suspects)
-	suspects = slices.Compact(suspects)
 	s.rep.Rechecked = len(suspects)
 	if err := s.recheck(ctx, suspects); err != nil {
 		return StockReport{}, err
