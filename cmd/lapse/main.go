@@ -33,7 +33,7 @@ var commands = []command{
 	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
 	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink", runEvents},
 	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", runTasks},
-	{"reconcile", "compare orders with the payment gateway's records; exit 1 on a mismatch", runReconcile},
+	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},
 	{"version", "print the version", runVersion},
