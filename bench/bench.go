@@ -328,6 +328,11 @@ type Result struct {
 	TasksNotDone   int   `json:"tasks_not_done,omitempty"`
 	TasksDead      int64 `json:"tasks_dead,omitempty"`
 	TasksDoneTwice int   `json:"tasks_done_twice,omitempty"`
+	// TaskBatches counts the dispatcher's batches that settled tasks DONE.
+	TaskBatches int `json:"task_batches,omitempty"`
+	// TaskSettleMS is, per batch, from the inventory's last answer to the
+	// settle's commit.
+	TaskSettleMS *Percentiles `json:"task_settle_ms,omitempty"`
 	// ReserveMS is the round trip of the reserve commands sent before each
 	// create (Config.Inventory).
 	ReserveMS *Percentiles `json:"reserve_ms,omitempty"`

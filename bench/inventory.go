@@ -57,26 +57,36 @@ type TaskProbe struct {
 	mu          sync.Mutex
 	seen        map[string]bool
 	lags        map[order.TaskAction][]float64 // ms
+	claims      map[order.TaskAction][]float64 // ms, commit → claim
+	sends       map[order.TaskAction][]float64 // ms, claim → DONE
+	batches     int
+	settles     []float64 // ms, answers in hand → settle committed, per batch
 	first, last time.Time
 	again       int
 }
 
 // OnDone implements inventory.DispatcherConfig.OnDone: it is called after
 // the batch's settle committed, which is the time it takes.
-func (p *TaskProbe) OnDone(tasks []store.ClaimedTask, _ time.Time) {
+func (p *TaskProbe) OnDone(tasks []store.ClaimedTask, answered time.Time) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.seen == nil {
-		p.seen, p.lags, p.first = map[string]bool{}, map[order.TaskAction][]float64{}, now
+		p.seen, p.first = map[string]bool{}, now
+		p.lags, p.claims, p.sends = map[order.TaskAction][]float64{}, map[order.TaskAction][]float64{}, map[order.TaskAction][]float64{}
 	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	p.batches++
+	p.settles = append(p.settles, ms(now.Sub(answered)))
 	for _, t := range tasks {
 		if p.seen[t.ID] {
 			p.again++ // settled DONE twice: a claim whose lease ran out
 			continue
 		}
 		p.seen[t.ID] = true
-		p.lags[t.Action] = append(p.lags[t.Action], float64(now.Sub(t.CreatedAt).Microseconds())/1000)
+		p.lags[t.Action] = append(p.lags[t.Action], ms(now.Sub(t.CreatedAt)))
+		p.claims[t.Action] = append(p.claims[t.Action], ms(t.ClaimedAt.Sub(t.CreatedAt)))
+		p.sends[t.Action] = append(p.sends[t.Action], ms(now.Sub(t.ClaimedAt)))
 	}
 	p.last = now
 }
@@ -94,12 +104,17 @@ type TaskResult struct {
 	Action string `json:"action"`
 	// Tasks counts the tasks settled DONE.
 	Tasks int `json:"tasks"`
-	// LagMS is from each task's commit to its DONE.
-	LagMS Percentiles `json:"lag_ms"`
+	// LagMS is from each task's commit to its DONE: ClaimMS, from the
+	// commit to the dispatcher's claim (waiting in the table), then SendMS,
+	// from the claim to DONE (the command's round trip, its batch's
+	// slowest, and the settle).
+	LagMS   Percentiles `json:"lag_ms"`
+	ClaimMS Percentiles `json:"claim_ms"`
+	SendMS  Percentiles `json:"send_ms"`
 }
 
 // Results returns the lag per action, release first.
-func (p *TaskProbe) Results() (rs []TaskResult, doneTwice int) {
+func (p *TaskProbe) Results() (rs []TaskResult, doneTwice, batches int, settleMS Percentiles) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	actions := make([]string, 0, len(p.lags))
@@ -109,10 +124,11 @@ func (p *TaskProbe) Results() (rs []TaskResult, doneTwice int) {
 	slices.Sort(actions)
 	slices.Reverse(actions) // release, confirm, …
 	for _, a := range actions {
-		l := p.lags[order.TaskAction(a)]
-		rs = append(rs, TaskResult{Action: a, Tasks: len(l), LagMS: percentiles(l)})
+		k := order.TaskAction(a)
+		rs = append(rs, TaskResult{Action: a, Tasks: len(p.lags[k]), LagMS: percentiles(p.lags[k]),
+			ClaimMS: percentiles(p.claims[k]), SendMS: percentiles(p.sends[k])})
 	}
-	return rs, p.again
+	return rs, p.again, p.batches, percentiles(p.settles)
 }
 
 // waitTasks waits until every order of the run has its task DONE (want of
@@ -125,7 +141,11 @@ func (r *run) waitTasks(ctx context.Context, res *Result, want int) error {
 			return ctx.Err()
 		}
 	}
-	res.Tasks, res.TasksDoneTwice = inv.Probe.Results()
+	var settle Percentiles
+	res.Tasks, res.TasksDoneTwice, res.TaskBatches, settle = inv.Probe.Results()
+	if res.TaskBatches > 0 {
+		res.TaskSettleMS = &settle
+	}
 	res.TasksNotDone = max(0, want-inv.Probe.Done())
 	if inv.Tasks != nil {
 		st, err := inv.Tasks.TaskStats(ctx)

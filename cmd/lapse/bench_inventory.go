@@ -125,8 +125,21 @@ func printBenchInventory(w io.Writer, res bench.Result) {
 		fmt.Fprintf(w, "reserve ms    p50 %.1f  p99 %.1f  max %.1f (the run's reserve commands, before each create)\n", p.P50, p.P99, p.Max)
 	}
 	for _, t := range res.Tasks {
-		fmt.Fprintf(w, "task lag ms   %s: %d tasks, commit → DONE p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n",
-			t.Action, t.Tasks, t.LagMS.P50, t.LagMS.P90, t.LagMS.P99, t.LagMS.Max)
+		fmt.Fprintf(w, "task lag ms   %s: %d tasks, commit → DONE p50 %.1f  p90 %.1f  p99 %.1f  max %.1f"+
+			" (commit → claim p50 %.1f p99 %.1f; claim → DONE p50 %.1f p99 %.1f)\n",
+			t.Action, t.Tasks, t.LagMS.P50, t.LagMS.P90, t.LagMS.P99, t.LagMS.Max,
+			t.ClaimMS.P50, t.ClaimMS.P99, t.SendMS.P50, t.SendMS.P99)
+	}
+	if res.TaskBatches > 0 {
+		n := 0
+		for _, t := range res.Tasks {
+			n += t.Tasks
+		}
+		fmt.Fprintf(w, "task batches  %d, %.1f tasks each", res.TaskBatches, float64(n)/float64(res.TaskBatches))
+		if p := res.TaskSettleMS; p != nil {
+			fmt.Fprintf(w, "; last answer → settled p50 %.1f  p99 %.1f ms", p.P50, p.P99)
+		}
+		fmt.Fprintln(w)
 	}
 	if res.TasksNotDone > 0 || res.TasksDead > 0 || res.TasksDoneTwice > 0 {
 		fmt.Fprintf(w, "tasks         %d orders without a DONE task at the end, %d DEAD, %d settled DONE twice\n",

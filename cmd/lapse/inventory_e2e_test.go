@@ -822,7 +822,10 @@ func TestInventoryAMQPURL(t *testing.T) {
 	if broker, opts, err := inventoryAMQPURL("amqp://h/"); err != nil || broker != "amqp://h/" || len(opts) != 0 {
 		t.Fatalf("without a prefix: %q, %d options, %v", broker, len(opts), err)
 	}
-	for _, bad := range []string{"amqp://h/?prefix=", "amqp://h/?prefix=amq.x", "amqp://h/?prefix=a&prefix=b"} {
+	if broker, opts, err := inventoryAMQPURL("amqp://h/?prefetch=128&prefix=p"); err != nil || broker != "amqp://h/" || len(opts) != 2 {
+		t.Fatalf("with a prefetch: %q, %d options, %v", broker, len(opts), err)
+	}
+	for _, bad := range []string{"amqp://h/?prefix=", "amqp://h/?prefix=amq.x", "amqp://h/?prefix=a&prefix=b", "amqp://h/?prefetch=0", "amqp://h/?prefetch=x"} {
 		if _, _, err := inventoryAMQPURL(bad); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
