@@ -81,6 +81,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	chaosJitter := fs.Duration("chaos-jitter", 0, none, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
 	invURL := fs.String("inventory", "", "a remote inventory holds the stock (amqp://user:pass@host:5672/vhost[?prefix=…] or http://host:port, as lapse serve --inventory): each order is reserved there first, then created with the reservation; reports the stock tasks' lag, commit → DONE")
 	invAPI := fs.String("inventory-api", "", "with --inventory: the reference inventory's HTTP API (lapse inventory --listen), where the run sets its SKUs' stock (PUT /skus/{sku}); default the --inventory URL when it is http://…, else the stock must be there already")
+	invReserve := fs.String("inventory-reserve", "transport", "with --inventory: how the run reserves each order — transport (a reserve command over --inventory's transport, as lapse --inventory-reserve would) or api (POST /reservations on --inventory-api, as a shop's checkout would; lapse's tasks still use the transport)")
+	taskWorkers := fs.Int("task-workers", 2, "with --inventory: batches of stock tasks the dispatcher sends at once (lapse serve --task-workers; 1 to 64)")
 	sinkFl := addSinkFlags(fs)
 	relayDrain := fs.Int("relay-drain", 0, "with --sink: before the run, write this many orders' events with no relay running, then time one relay emptying them into each sink, beside a plain publisher to the same broker (the ceiling)")
 	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
@@ -142,7 +144,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--target %q: want http://host:port", redact.URL(*target))
 		}
 	}
-	if err := checkBenchInventory(*invURL, *invAPI, *target != ""); err != nil {
+	if *taskWorkers < 1 || *taskWorkers > 64 {
+		return usage("--task-workers %d: want 1 to 64", *taskWorkers)
+	}
+	if err := checkBenchInventory(*invURL, *invAPI, *invReserve, *target != ""); err != nil {
 		return usage("%v", err)
 	}
 	redisTimers := isRedisURL(*timers)
@@ -329,7 +334,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		var invClient inventory.Client
 		if *invURL != "" {
-			inv, client, closeInv, err := openBenchInventory(ctx, *invURL, *invAPI, logger)
+			inv, client, closeInv, err := openBenchInventory(ctx, *invURL, *invAPI, *invReserve == "api", logger)
 			if err != nil {
 				return err
 			}
@@ -339,7 +344,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
 			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
-			withBenchInventory(&c, cfg.Inventory, invClient)
+			withBenchInventory(&c, cfg.Inventory, invClient, *taskWorkers)
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {

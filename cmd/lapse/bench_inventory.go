@@ -24,12 +24,18 @@ const benchInventoryTimeout = 5 * time.Second
 
 // checkBenchInventory validates --inventory and --inventory-api without
 // connecting anywhere.
-func checkBenchInventory(invURL, apiURL string, target bool) error {
+func checkBenchInventory(invURL, apiURL, reserveOver string, target bool) error {
 	if invURL == "" {
-		if apiURL != "" {
-			return fmt.Errorf("--inventory-api goes with --inventory")
+		if apiURL != "" || reserveOver != "transport" {
+			return fmt.Errorf("--inventory-api and --inventory-reserve go with --inventory")
 		}
 		return nil
+	}
+	switch {
+	case reserveOver != "transport" && reserveOver != "api":
+		return fmt.Errorf("--inventory-reserve %q: want transport or api", reserveOver)
+	case reserveOver == "api" && apiURL == "" && !strings.HasPrefix(invURL, "http"):
+		return fmt.Errorf("--inventory-reserve api needs --inventory-api (the inventory's HTTP API)")
 	}
 	if target {
 		return fmt.Errorf("--inventory is the in-process service's; with --target the server's own runs (lapse serve --inventory)")
@@ -57,8 +63,9 @@ func checkBenchInventory(invURL, apiURL string, target bool) error {
 // Client set), the dispatcher's client, and what closes them. The SKUs'
 // stock is set through apiURL's PUT /skus/{sku} (the reference inventory's
 // API; for an http:// inventory its own URL by default); with no such URL
-// the inventory must hold the stock already.
-func openBenchInventory(ctx context.Context, invURL, apiURL string, logger *slog.Logger) (*bench.Inventory, inventory.Client, func(), error) {
+// the inventory must hold the stock already. With reserveOverAPI the
+// reserves go to apiURL's POST /reservations instead of the transport.
+func openBenchInventory(ctx context.Context, invURL, apiURL string, reserveOverAPI bool, logger *slog.Logger) (*bench.Inventory, inventory.Client, func(), error) {
 	dial := func() (inventory.Client, error) {
 		if strings.HasPrefix(invURL, "amqp") {
 			broker, opts, err := inventoryAMQPURL(invURL)
@@ -80,10 +87,17 @@ func openBenchInventory(ctx context.Context, invURL, apiURL string, logger *slog
 		dispatch.Close()
 		return nil, nil, nil, fmt.Errorf("--inventory %s: %w", redact.URL(invURL), err)
 	}
-	inv := &bench.Inventory{Client: reserve, Probe: &bench.TaskProbe{}}
 	if apiURL == "" && strings.HasPrefix(invURL, "http") {
 		apiURL = invURL
 	}
+	if reserveOverAPI {
+		// The shop's checkout reserves through the inventory's own API, as
+		// the end-to-end tests do; lapse's stock tasks still go over
+		// --inventory's transport.
+		reserve.Close()
+		reserve = inventory.NewHTTPClient(apiURL, inventory.WithTimeout(benchInventoryTimeout))
+	}
+	inv := &bench.Inventory{Client: reserve, Probe: &bench.TaskProbe{}}
 	if apiURL != "" {
 		api := strings.TrimSuffix(apiURL, "/")
 		hc := &http.Client{Timeout: 10 * time.Second}
@@ -111,12 +125,12 @@ func openBenchInventory(ctx context.Context, invURL, apiURL string, logger *slog
 
 // withBenchInventory makes c send its stock tasks to the run's inventory,
 // its dispatcher reporting to the run's probe.
-func withBenchInventory(c *lapse.Config, inv *bench.Inventory, client inventory.Client) {
+func withBenchInventory(c *lapse.Config, inv *bench.Inventory, client inventory.Client, workers int) {
 	if inv == nil {
 		return
 	}
 	c.Inventory = client
-	c.Tasks = inventory.DispatcherConfig{SendTimeout: benchInventoryTimeout, Logger: c.Logger, OnDone: inv.Probe.OnDone}
+	c.Tasks = inventory.DispatcherConfig{SendTimeout: benchInventoryTimeout, Workers: workers, Logger: c.Logger, OnDone: inv.Probe.OnDone}
 }
 
 // printBenchInventory prints the stock tasks of a run with --inventory.

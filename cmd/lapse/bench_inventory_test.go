@@ -39,7 +39,8 @@ func TestBenchInventory(t *testing.T) {
 				// The AMQP consumer may still be starting: the reserves
 				// wait for it (unroutable commands fail them).
 				waitForLog(t, p, "amqp")
-				args = append(args, "--inventory", target, "--inventory-api", p.url)
+				// Reserves over the inventory's HTTP API, tasks over AMQP.
+				args = append(args, "--inventory", target, "--inventory-api", p.url, "--inventory-reserve", "api")
 			}
 			res := benchJSON(t, args...)
 			checkSettled(t, res, 200)
@@ -84,7 +85,10 @@ func TestBenchInventoryRefusesBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--inventory-api", "http://127.0.0.1:1"}, "--inventory-api goes with --inventory"},
+		{[]string{"--inventory-api", "http://127.0.0.1:1"}, "go with --inventory"},
+		{[]string{"--inventory-reserve", "api"}, "go with --inventory"},
+		{[]string{"--inventory", "amqp://127.0.0.1:1/", "--inventory-reserve", "api"}, "needs --inventory-api"},
+		{[]string{"--inventory", "http://127.0.0.1:1", "--inventory-reserve", "carrier"}, "--inventory-reserve"},
 		{[]string{"--inventory", "ftp://x"}, "--inventory"},
 		{[]string{"--inventory", "http://127.0.0.1:1", "--inventory-api", "nope"}, "--inventory-api"},
 		{[]string{"--target", "http://127.0.0.1:1", "--inventory", "http://127.0.0.1:2"}, "--inventory is the in-process service's"},
