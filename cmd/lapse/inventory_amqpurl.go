@@ -32,7 +32,7 @@ func inventoryAMQPURL(raw string) (broker string, opts []inventory.AMQPOption, e
 	}
 	if vs, ok := q["prefix"]; ok {
 		if len(vs) != 1 || vs[0] == "" || strings.HasPrefix(vs[0], "amq.") || len(vs[0]) > 200 {
-			return "", nil, fmt.Errorf("prefix %q: want one name of 1 to 200 characters, not starting with amq.", strings.Join(vs, ","))
+			return "", nil, fmt.Errorf("prefix %q: want one name of 1 to 200 characters, not starting with \"amq.\"", strings.Join(vs, ","))
 		}
 		opts = append(opts, inventory.AMQPPrefix(vs[0]))
 		q.Del("prefix")
