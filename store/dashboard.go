@@ -28,12 +28,12 @@ type Dashboard interface {
 type OverviewParams struct {
 	// CountCap bounds every count: a count that reaches it stops there
 	// (shown as "CountCap or more"), so the cost of a count never grows with
-	// the table. Defaults to 100,000.
+	// the table. Defaults to 10,000.
 	CountCap int64
 }
 
 // DefaultCountCap is OverviewParams.CountCap's default.
-const DefaultCountCap = 100_000
+const DefaultCountCap = 10_000
 
 // Overview is what the dashboard's overview counts, at Now.
 type Overview struct {

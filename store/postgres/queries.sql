@@ -583,9 +583,9 @@ SELECT order_id FROM payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;
 -- measured on 1 M).
 
 -- name: count_status
--- $1 status, $2 the cap. An index-only scan of the (status, cancel_after)
+-- $1 status, $2 the cap (10,000). An index-only scan of the (status, cancel_after)
 -- prefix of one status that stops after $2 entries: at most $2 index
--- entries read (100,000: ~10 ms), however many orders the status holds.
+-- entries read (10,000: 1–5 ms), however many orders the status holds.
 -- (Index-only once VACUUM has set the visibility map; before, a heap fetch
 -- per entry, still bounded by the cap.)
 SELECT count(*) FROM (SELECT 1 FROM orders WHERE status = $1 LIMIT $2) AS capped;
