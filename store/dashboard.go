@@ -67,6 +67,9 @@ type FindOrdersParams struct {
 	IDPrefix string       // optional
 	// From and To bound created_at: From <= created_at < To; zero: open.
 	From, To time.Time
-	Limit    int    // defaults to 50
-	Cursor   string // from the previous page's NextCursor
+	// RefundRequired lists only orders flagged refund_required, in id order
+	// (the partial index of flagged orders); the other filters are ignored.
+	RefundRequired bool
+	Limit          int    // defaults to 50
+	Cursor         string // from the previous page's NextCursor
 }

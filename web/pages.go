@@ -321,7 +321,7 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 	q := r.URL.Query()
 	v := ordersView{base: h.base(r, s, "Orders"), Status: q.Get("status"), Prefix: q.Get("prefix"), From: q.Get("from"), To: q.Get("to"),
 		Refund: q.Get("refund") == "1", Statuses: []string{"", "PENDING", "PAYING", "PAID", "CANCELLED"}}
-	p := store.FindOrdersParams{Status: order.Status(v.Status), IDPrefix: v.Prefix, Limit: 50, Cursor: q.Get("cursor")}
+	p := store.FindOrdersParams{Status: order.Status(v.Status), IDPrefix: v.Prefix, RefundRequired: v.Refund, Limit: 50, Cursor: q.Get("cursor")}
 	var problems []string
 	if p.Status != "" && !p.Status.Valid() {
 		problems = append(problems, "unknown status")
@@ -354,9 +354,6 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 		return err
 	}
 	v.Orders = res.Orders
-	if v.Refund {
-		v.Orders = slices.DeleteFunc(v.Orders, func(o order.Order) bool { return !o.RefundRequired })
-	}
 	if res.NextCursor != "" {
 		nq := url.Values{}
 		for _, k := range []string{"status", "prefix", "from", "to", "refund"} {

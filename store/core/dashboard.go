@@ -92,17 +92,18 @@ func (s *Store) FindOrders(ctx context.Context, p store.FindOrdersParams) (store
 	}
 	var os []order.Order
 	var err error
+	if p.RefundRequired {
+		if os, err = s.d.RefundOrders(ctx, cursorID, limit+1); err != nil {
+			return store.ListOrdersResult{}, fmt.Errorf("find orders flagged refund_required: %w", err)
+		}
+		return idPage(os, limit), nil
+	}
 	if p.IDPrefix != "" {
 		a.Prefix, a.PrefixEnd, a.AfterID = p.IDPrefix, prefixEnd(p.IDPrefix), cursorID
 		if os, err = s.d.FindOrdersByPrefix(ctx, a); err != nil {
 			return store.ListOrdersResult{}, fmt.Errorf("find orders by prefix: %w", err)
 		}
-		res := store.ListOrdersResult{Orders: os}
-		if len(os) > limit {
-			res.Orders = os[:limit]
-			res.NextCursor = store.EncodeCursor(timeFloor, os[limit-1].ID)
-		}
-		return res, nil
+		return idPage(os, limit), nil
 	}
 	if p.Cursor != "" {
 		a.BeforeCreated, a.BeforeID = cursorAt, cursorID
@@ -111,6 +112,17 @@ func (s *Store) FindOrders(ctx context.Context, p store.FindOrdersParams) (store
 		return store.ListOrdersResult{}, fmt.Errorf("find orders: %w", err)
 	}
 	return store.Page(os, limit), nil
+}
+
+// idPage cuts limit+1 orders in id order into a page; its cursor holds the
+// last id.
+func idPage(os []order.Order, limit int) store.ListOrdersResult {
+	res := store.ListOrdersResult{Orders: os}
+	if len(os) > limit {
+		res.Orders = os[:limit]
+		res.NextCursor = store.EncodeCursor(timeFloor, os[limit-1].ID)
+	}
+	return res
 }
 
 // prefixEnd is an upper bound of the ids that start with prefix, in byte

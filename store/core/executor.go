@@ -155,6 +155,9 @@ type DashboardExecutor interface {
 	// a.PrefixEnd, id > a.AfterID, starting with a.Prefix, of a.Status if
 	// set and created in [a.From, a.BeforeCreated), in id order.
 	FindOrdersByPrefix(ctx context.Context, a FindArgs) ([]order.Order, error)
+	// RefundOrders reads up to limit orders flagged refund_required with
+	// id > afterID, in id order.
+	RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error)
 	// OrderEvents reads the outbox events of one order, in seq order.
 	OrderEvents(ctx context.Context, orderID string) ([]order.Event, error)
 	// ListSKUs reads up to limit SKUs with sku > after, in byte order.

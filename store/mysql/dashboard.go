@@ -75,6 +75,11 @@ func (e executor) FindOrdersByPrefix(ctx context.Context, a core.FindArgs) ([]or
 		status, status, a.From, a.BeforeCreated, a.Limit)
 }
 
+// RefundOrders implements core.Executor.
+func (e executor) RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error) {
+	return e.queryOrders(ctx, q.Get("refund_orders"), afterID, limit)
+}
+
 // OrderEvents implements core.Executor.
 func (e executor) OrderEvents(ctx context.Context, orderID string) ([]order.Event, error) {
 	out, err := sqlrows.Collect(ctx, e.db, q.Get("order_events"), []any{orderID}, func(r *sql.Rows) (order.Event, error) {

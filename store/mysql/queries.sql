@@ -596,6 +596,19 @@ FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_
 LEFT JOIN order_items i ON i.order_id = o.id
 ORDER BY o.id, i.sku;
 
+-- name: refund_orders
+-- Params: the cursor (last id), the page size: the refund_required = 1
+-- prefix of (refund_required, id).
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+      FROM orders WHERE refund_required = 1 AND id > ?
+      ORDER BY id LIMIT ?) o
+LEFT JOIN order_items i ON i.order_id = o.id
+ORDER BY o.id, i.sku;
+
 -- name: order_events
 -- Param: order id (the outbox_order index).
 SELECT seq, event_id, type, order_id, payload, created_at FROM outbox

@@ -104,6 +104,7 @@ func TestDashboardMillion(t *testing.T) {
 		{"find_orders (newest 51)", "find_orders", []any{"", floor, ceiling, "", 51}},
 		{"find_orders status PAYING", "find_orders", []any{"PAYING", floor, ceiling, "", 51}},
 		{"find_orders_by_prefix o-00500", "find_orders_by_prefix", []any{"o-00500", end, "", "", floor, ceiling, 51}},
+		{"refund_orders (first page)", "refund_orders", []any{"", 51}},
 		{"order_events", "order_events", []any{"o-00999999"}},
 		{"list_skus", "list_skus", []any{"", 101}},
 	}

@@ -651,6 +651,16 @@ WHERE id >= $1::text AND id < $2::text AND id > $3::text AND starts_with(id, $1:
 ORDER BY id
 LIMIT $7;
 
+-- name: refund_orders
+-- $1 the cursor (last id), $2 the page size: the orders_refund_required
+-- partial index (flagged orders only, in id order).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE refund_required AND id > $1::text
+ORDER BY id
+LIMIT $2;
+
 -- name: order_events
 -- One order's events still in the outbox: the outbox_order index.
 SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbox

@@ -71,6 +71,11 @@ func (e executor) FindOrdersByPrefix(ctx context.Context, a core.FindArgs) ([]or
 	return e.orders(ctx, "find_orders_by_prefix", a.Prefix, a.PrefixEnd, a.AfterID, string(a.Status), ms(a.From), ms(a.BeforeCreated), a.Limit)
 }
 
+// RefundOrders implements core.Executor.
+func (e executor) RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error) {
+	return e.orders(ctx, "refund_orders", afterID, limit)
+}
+
 // OrderEvents implements core.Executor.
 func (e executor) OrderEvents(ctx context.Context, orderID string) ([]order.Event, error) {
 	return e.events(ctx, "order_events", orderID)

@@ -454,6 +454,14 @@ WHERE id >= ?1 AND id < ?2 AND id > ?3 AND substr(id, 1, length(?1)) = ?1
 ORDER BY id
 LIMIT ?7;
 
+-- name: refund_orders
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE refund_required <> 0 AND id > ?1
+ORDER BY id
+LIMIT ?2;
+
 -- name: order_events
 SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
 WHERE order_id = ?1 ORDER BY seq;

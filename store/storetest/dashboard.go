@@ -123,6 +123,7 @@ func testDashboard(t *testing.T, newStore Factory) {
 		t.Errorf("created before t0+30s: %v", before)
 	}
 	wantIDs("prefix e-, created before t0+30s", find(store.FindOrdersParams{IDPrefix: "e-", To: t0.Add(30 * time.Second)}))
+	wantIDs("refund_required", find(store.FindOrdersParams{RefundRequired: true, Limit: 1}), "d-02")
 	if got := find(store.FindOrdersParams{Status: order.Cancelled, Limit: 3}); len(got) != 10 {
 		t.Errorf("cancelled: %d orders, want 10", len(got))
 	}
