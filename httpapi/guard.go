@@ -145,3 +145,9 @@ func checkCursor(c string) error {
 	}
 	return nil
 }
+
+// CheckOrigin runs the guard the API runs without a token on r, for the
+// handlers served beside the API (the dashboard, package web): nil when
+// r's Host is the address it arrived at (or localhost at that port) and
+// its Origin, if any, is that same server.
+func CheckOrigin(r *http.Request) error { return checkOrigin(r) }

@@ -51,6 +51,7 @@ type Store interface {
 	Outbox
 	Tasks
 	Auditor
+	Dashboard
 	// Migrate brings the schema to the newest version; a failed migration
 	// leaves the schema as it was.
 	Migrate(ctx context.Context) error

@@ -14,6 +14,7 @@ import (
 	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/timer/redis"
+	"github.com/lapsehq/lapse/web"
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -148,6 +149,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			"while rotating, set --callback-secret to the new secret too")
 	}
 	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Logger: logger})
+	// The dashboard at / and /ui/… (package web), behind the same token.
+	dash, err := web.New(svc, web.Options{APIToken: apiToken, Logger: logger})
+	if err != nil {
+		return err
+	}
+	handler = web.Mount(handler, dash)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -165,6 +172,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)
 	go func() { runDone <- svc.Run(runCtx) }()
+	go dash.Run(runCtx)
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
 

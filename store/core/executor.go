@@ -125,6 +125,56 @@ type Executor interface {
 	MarkPublished(ctx context.Context, seqs []int64, now time.Time) error
 	OutboxExecutor
 	TaskExecutor
+	DashboardExecutor
+}
+
+// DashboardExecutor runs the reads of store.Dashboard. None locks anything;
+// each is bounded by an index range (see each driver's queries.sql).
+type DashboardExecutor interface {
+	// CountStatus counts the orders of one status, stopping at limit.
+	CountStatus(ctx context.Context, status order.Status, limit int64) (int64, error)
+	// CountRefundRequired counts orders flagged refund_required, stopping at limit.
+	CountRefundRequired(ctx context.Context, limit int64) (int64, error)
+	// DuePerMinute counts PENDING orders by the minute of their
+	// cancel_after, for from <= cancel_after < to, minutes in order.
+	DuePerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
+	// CancelledPerMinute counts orders by the minute of cancelled_at, for
+	// from <= cancelled_at < to.
+	CancelledPerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
+	// PaidPerMinute counts orders by the minute of paid_at, for from <=
+	// paid_at < to.
+	PaidPerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
+	// RefundsPerMinute counts REFUND_REQUIRED payment attempts by the
+	// minute of their updated_at, for from <= updated_at < to.
+	RefundsPerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
+	// FindOrders reads up to a.Limit orders with created_at >= a.From and
+	// (created_at, id) < (a.BeforeCreated, a.BeforeID), of a.Status if set,
+	// newest first.
+	FindOrders(ctx context.Context, a FindArgs) ([]order.Order, error)
+	// FindOrdersByPrefix reads up to a.Limit orders with a.Prefix <= id <
+	// a.PrefixEnd, id > a.AfterID, starting with a.Prefix, of a.Status if
+	// set and created in [a.From, a.BeforeCreated), in id order.
+	FindOrdersByPrefix(ctx context.Context, a FindArgs) ([]order.Order, error)
+	// RefundOrders reads up to limit orders flagged refund_required with
+	// id > afterID, in id order.
+	RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error)
+	// OrderEvents reads the outbox events of one order, in seq order.
+	OrderEvents(ctx context.Context, orderID string) ([]order.Event, error)
+	// ListSKUs reads up to limit SKUs with sku > after, in byte order.
+	ListSKUs(ctx context.Context, after string, limit int) ([]store.SKU, error)
+}
+
+// FindArgs selects orders for DashboardExecutor.FindOrders and FindOrdersByPrefix.
+type FindArgs struct {
+	Status order.Status // "" for any
+	From   time.Time    // created_at >= From
+	// BeforeCreated bounds created_at (and, with BeforeID, is the cursor of
+	// FindOrders: the page starts after (BeforeCreated, BeforeID)).
+	BeforeCreated time.Time
+	BeforeID      string
+	// Prefix, PrefixEnd and AfterID are FindOrdersByPrefix's.
+	Prefix, PrefixEnd, AfterID string
+	Limit                      int
 }
 
 // TaskExecutor runs the statements of the stock tasks (store.Tasks). Tasks

@@ -524,3 +524,96 @@ WHERE id = ?;
 -- name: orders_of_payment
 -- Params: payment id. The orders with an attempt of that id, at most two.
 SELECT order_id FROM payments WHERE payment_id = ? ORDER BY order_id LIMIT 2;
+
+-- The dashboard's reads (store.Dashboard), each bounded by an index range
+-- whose size does not grow with the table (see the PostgreSQL driver's
+-- queries.sql for each one's cost at 10 M orders). A minute is
+-- TIMESTAMPDIFF from the epoch: plain arithmetic on DATETIME, no time zone.
+
+-- name: count_status
+-- Params: status, the cap. At most cap entries of (status, cancel_after).
+SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE status = ? LIMIT ?) capped;
+
+-- name: count_refund_required
+-- Param: the cap. The refund_required = 1 prefix of (refund_required, id).
+SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE refund_required = 1 LIMIT ?) capped;
+
+-- name: due_per_minute
+-- Params: from, to.
+SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', cancel_after) * 60 AS m, COUNT(*)
+FROM orders WHERE status = 'PENDING' AND cancel_after >= ? AND cancel_after < ?
+GROUP BY m ORDER BY m;
+
+-- name: cancelled_per_minute
+-- Params: from, to.
+SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', cancelled_at) * 60 AS m, COUNT(*)
+FROM orders WHERE cancelled_at >= ? AND cancelled_at < ?
+GROUP BY m ORDER BY m;
+
+-- name: paid_per_minute
+-- Params: from, to.
+SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', paid_at) * 60 AS m, COUNT(*)
+FROM orders WHERE paid_at >= ? AND paid_at < ?
+GROUP BY m ORDER BY m;
+
+-- name: refunds_per_minute
+-- Params: from, to.
+SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', updated_at) * 60 AS m, COUNT(*)
+FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ? AND updated_at < ?
+GROUP BY m ORDER BY m;
+
+-- name: find_orders
+-- Params: status or '' (twice), created_at >= from, then the bound or the
+-- cursor (created_at twice, id), then the page size: orders_created walked
+-- backwards, the page cut in the derived table, then joined with its items.
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+      FROM orders
+      WHERE (? = '' OR status = ?) AND created_at >= ?
+        AND (created_at < ? OR (created_at = ? AND id < ?))
+      ORDER BY created_at DESC, id DESC
+      LIMIT ?) o
+LEFT JOIN order_items i ON i.order_id = o.id
+ORDER BY o.created_at DESC, o.id DESC, i.sku;
+
+-- name: find_orders_by_prefix
+-- Params: prefix, its upper bound, the cursor (last id), the prefix again,
+-- status or '' (twice), created_at from and before, the page size. A range
+-- of the primary key (utf8mb4_bin: byte order).
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+      FROM orders
+      WHERE id >= ? AND id < ? AND id > ? AND LEFT(id, CHAR_LENGTH(?)) = ?
+        AND (? = '' OR status = ?) AND created_at >= ? AND created_at < ?
+      ORDER BY id
+      LIMIT ?) o
+LEFT JOIN order_items i ON i.order_id = o.id
+ORDER BY o.id, i.sku;
+
+-- name: refund_orders
+-- Params: the cursor (last id), the page size: the refund_required = 1
+-- prefix of (refund_required, id).
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+      FROM orders WHERE refund_required = 1 AND id > ?
+      ORDER BY id LIMIT ?) o
+LEFT JOIN order_items i ON i.order_id = o.id
+ORDER BY o.id, i.sku;
+
+-- name: order_events
+-- Param: order id (the outbox_order index).
+SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+WHERE order_id = ? ORDER BY seq;
+
+-- name: list_skus
+-- Params: after, limit.
+SELECT sku, available, locked, sold FROM skus WHERE sku > ? ORDER BY sku LIMIT ?;

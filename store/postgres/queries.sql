@@ -576,3 +576,96 @@ RETURNING id, order_id, action, reservation_id, items, status, attempts, failure
 -- The orders with an attempt named $1, at most two (one is the answer; two
 -- say the id is ambiguous).
 SELECT order_id FROM payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;
+
+-- The dashboard's reads (store.Dashboard). Each is bounded by an index
+-- range whose size does not grow with the table: what each costs at 10 M
+-- orders is said above it (the README's Dashboard section has the figures
+-- measured on 1 M).
+
+-- name: count_status
+-- $1 status, $2 the cap (10,000). An index-only scan of the (status, cancel_after)
+-- prefix of one status that stops after $2 entries: at most $2 index
+-- entries read (10,000: 1–5 ms), however many orders the status holds.
+-- (Index-only once VACUUM has set the visibility map; before, a heap fetch
+-- per entry, still bounded by the cap.)
+SELECT count(*) FROM (SELECT 1 FROM orders WHERE status = $1 LIMIT $2) AS capped;
+
+-- name: count_refund_required
+-- The orders_refund_required partial index holds only flagged orders, a
+-- handful at any size; capped all the same.
+SELECT count(*) FROM (SELECT 1 FROM orders WHERE refund_required LIMIT $1) AS capped;
+
+-- name: due_per_minute
+-- PENDING orders due in [$1, $2) by minute: a range of (status,
+-- cancel_after), index-only; its size is the orders due in the next hour
+-- (the rate of creates times the share still pending), not the table's.
+SELECT floor(extract(epoch FROM cancel_after) / 60)::bigint * 60, count(*)
+FROM orders WHERE status = 'PENDING' AND cancel_after >= $1 AND cancel_after < $2
+GROUP BY 1 ORDER BY 1;
+
+-- name: cancelled_per_minute
+-- Orders cancelled in [$1, $2) by minute: a range of the orders_cancelled_at
+-- partial index, index-only; its size is the last hour's cancels.
+SELECT floor(extract(epoch FROM cancelled_at) / 60)::bigint * 60, count(*)
+FROM orders WHERE cancelled_at >= $1 AND cancelled_at < $2
+GROUP BY 1 ORDER BY 1;
+
+-- name: paid_per_minute
+-- As cancelled_per_minute, on orders_paid_at.
+SELECT floor(extract(epoch FROM paid_at) / 60)::bigint * 60, count(*)
+FROM orders WHERE paid_at >= $1 AND paid_at < $2
+GROUP BY 1 ORDER BY 1;
+
+-- name: refunds_per_minute
+-- Payments flagged for refund in [$1, $2): the payments_refund_required
+-- partial index holds flagged attempts only.
+SELECT floor(extract(epoch FROM updated_at) / 60)::bigint * 60, count(*)
+FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= $1 AND updated_at < $2
+GROUP BY 1 ORDER BY 1;
+
+-- name: find_orders
+-- $1 status or '', created_at >= $2, ($3, $4) the bound or the cursor, $5
+-- the page size. Walks orders_created backwards from the cursor and stops
+-- after $5 rows: a page reads $5 entries (more with a status filter: the
+-- rows of other statuses in between, at worst the whole time range).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE ($1::text = '' OR status = $1::text) AND created_at >= $2::timestamptz
+  AND (created_at, id) < ($3::timestamptz, $4::text)
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
+
+-- name: find_orders_by_prefix
+-- $1 prefix, $2 its upper bound, $3 the cursor (last id), $4 status or '',
+-- created_at in [$5, $6), $7 the page size. A range of the primary key from
+-- the prefix, stopping after $7 rows: the orders whose id starts with the
+-- prefix, whatever the table's size. The range is the prefix's in byte order
+-- in a database whose collation is C or C.UTF-8 (lapse's own id order);
+-- starts_with keeps it exact under any collation.
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE id >= $1::text AND id < $2::text AND id > $3::text AND starts_with(id, $1::text)
+  AND ($4::text = '' OR status = $4::text) AND created_at >= $5::timestamptz AND created_at < $6::timestamptz
+ORDER BY id
+LIMIT $7;
+
+-- name: refund_orders
+-- $1 the cursor (last id), $2 the page size: the orders_refund_required
+-- partial index (flagged orders only, in id order).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE refund_required AND id > $1::text
+ORDER BY id
+LIMIT $2;
+
+-- name: order_events
+-- One order's events still in the outbox: the outbox_order index.
+SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbox
+WHERE order_id = $1 ORDER BY seq;
+
+-- name: list_skus
+-- A page of the skus primary key.
+SELECT sku, available, locked, sold FROM skus WHERE sku > $1 ORDER BY sku LIMIT $2;

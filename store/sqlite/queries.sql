@@ -399,3 +399,72 @@ RETURNING id, order_id, action, reservation_id, items, status, attempts, failure
 -- name: orders_of_payment
 -- The orders with an attempt named ?1, at most two.
 SELECT order_id FROM payments WHERE payment_id = ?1 ORDER BY order_id LIMIT 2;
+
+-- The dashboard's reads (store.Dashboard), each bounded by an index range
+-- whose size does not grow with the table (see the PostgreSQL driver's
+-- queries.sql for each one's cost at 10 M orders). Times are Unix ms.
+
+-- name: count_status
+-- ?1 status, ?2 the cap: at most ?2 entries of (status, cancel_after).
+SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE status = ?1 LIMIT ?2);
+
+-- name: count_refund_required
+-- The orders_refund_required partial index holds flagged orders only.
+SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE refund_required <> 0 LIMIT ?1);
+
+-- name: due_per_minute
+SELECT cancel_after / 60000 * 60, COUNT(*)
+FROM orders WHERE status = 'PENDING' AND cancel_after >= ?1 AND cancel_after < ?2
+GROUP BY 1 ORDER BY 1;
+
+-- name: cancelled_per_minute
+SELECT cancelled_at / 60000 * 60, COUNT(*)
+FROM orders WHERE cancelled_at IS NOT NULL AND cancelled_at >= ?1 AND cancelled_at < ?2
+GROUP BY 1 ORDER BY 1;
+
+-- name: paid_per_minute
+SELECT paid_at / 60000 * 60, COUNT(*)
+FROM orders WHERE paid_at IS NOT NULL AND paid_at >= ?1 AND paid_at < ?2
+GROUP BY 1 ORDER BY 1;
+
+-- name: refunds_per_minute
+SELECT updated_at / 60000 * 60, COUNT(*)
+FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ?1 AND updated_at < ?2
+GROUP BY 1 ORDER BY 1;
+
+-- name: find_orders
+-- ?1 status or '', created_at >= ?2, (?3, ?4) the bound or the cursor, ?5
+-- the page size: orders_created walked backwards.
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE (?1 = '' OR status = ?1) AND created_at >= ?2 AND (created_at, id) < (?3, ?4)
+ORDER BY created_at DESC, id DESC
+LIMIT ?5;
+
+-- name: find_orders_by_prefix
+-- ?1 prefix, ?2 its upper bound, ?3 the cursor (last id), ?4 status or '',
+-- created_at in [?5, ?6), ?7 the page size: a range of the primary key
+-- (BINARY collation: byte order).
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE id >= ?1 AND id < ?2 AND id > ?3 AND substr(id, 1, length(?1)) = ?1
+  AND (?4 = '' OR status = ?4) AND created_at >= ?5 AND created_at < ?6
+ORDER BY id
+LIMIT ?7;
+
+-- name: refund_orders
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM orders
+WHERE refund_required <> 0 AND id > ?1
+ORDER BY id
+LIMIT ?2;
+
+-- name: order_events
+SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+WHERE order_id = ?1 ORDER BY seq;
+
+-- name: list_skus
+SELECT sku, available, locked, sold FROM skus WHERE sku > ?1 ORDER BY sku LIMIT ?2;
