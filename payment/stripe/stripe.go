@@ -57,8 +57,11 @@ type Config struct {
 	// Timeout bounds one HTTP request. Defaults to 2 s.
 	Timeout time.Duration
 	// Retries is how many times stripe-go sends a request again after a
-	// connection error, a 5xx or a 409 (with an idempotency key on a POST).
-	// Defaults to 2; negative disables retries.
+	// connection error or a timeout, a 409, or an answer with
+	// Stripe-Should-Retry: true (a POST with the same idempotency key),
+	// waiting 0.5 s and more between tries. Stripe's error answers are not
+	// retried: lapse asks again later. Defaults to 2; negative disables
+	// retries.
 	Retries int
 	// HTTPClient sends the requests; its Timeout is set to Timeout.
 	// Defaults to a client with a transport of its own that follows no
