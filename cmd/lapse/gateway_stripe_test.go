@@ -84,4 +84,8 @@ func TestServeRefusesABadStripeConfiguration(t *testing.T) {
 			t.Errorf("%v %v: the output shows the key:\n%s", c.env, c.args, out)
 		}
 	}
+	out, code := lapseCmd(t, nil, "reconcile", "--store", db, "--gateway", "stripe", "--stripe-key-file", keyFile)
+	if code != 2 || !strings.Contains(out, "--gateway stripe is not supported") {
+		t.Errorf("reconcile --gateway stripe: exit %d:\n%s", code, out)
+	}
 }

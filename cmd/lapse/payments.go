@@ -109,6 +109,10 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *gw.url == "stripe" {
+		fmt.Fprintln(stderr, "lapse reconcile: --gateway stripe is not supported (Stripe is asked by PaymentIntent, not by order): reconcile from a Stripe export with --statement")
+		return errUsage
+	}
 	if (*gw.url == "") == (*statement == "") {
 		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE")
 		return errUsage
