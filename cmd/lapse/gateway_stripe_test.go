@@ -32,8 +32,8 @@ func TestServeWithStripe(t *testing.T) {
 	}
 	// The buyer pays o-paid; Stripe's webhook (no metadata.order_id) says so.
 	fs.SetStatus("pi_cmdpaid", "succeeded")
-	body := (`{"id": "evt_cmd1", "object": "event", "api_version": "2025-01-27.acacia", "type": "payment_intent.succeeded",
-		"data": {"object": {"id": "pi_cmdpaid", "object": "payment_intent", "status": "succeeded", "amount_received": 999, "metadata": {}}}}`)
+	body := `{"id": "evt_cmd1", "object": "event", "api_version": "2025-01-27.acacia", "type": "payment_intent.succeeded",
+		"data": {"object": {"id": "pi_cmdpaid", "object": "payment_intent", "status": "succeeded", "amount_received": 999, "metadata": {}}}}`
 	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(body), Secret: whsec})
 	s.call("POST", "/v1/payments/notify/stripe", body, 200, "Stripe-Signature", signed.Header)
 	if o := s.call("GET", "/v1/orders/o-paid", "", 200); o["status"] != "PAID" {
