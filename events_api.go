@@ -64,18 +64,8 @@ func (s *Service) ListEvents(ctx context.Context, p store.ListEventsParams) (Eve
 // was delivered, purged, or never existed): the count tells. The relay is
 // woken, so the retried events go out now rather than at its next poll.
 func (s *Service) RetryEvents(ctx context.Context, p store.RetryEventsParams) (int64, error) {
-	switch {
-	case len(p.IDs) == 0 && !p.AllDead:
-		return 0, invalid("ids", "name the events to retry, or retry every dead one")
-	case len(p.IDs) > 0 && p.AllDead:
-		return 0, invalid("ids", "name the events to retry or retry every dead one, not both")
-	case len(p.IDs) > MaxRetryIDs:
-		return 0, invalid("ids", "at most %d event ids per retry (retry every dead one of a sink instead)", MaxRetryIDs)
-	}
-	for i, id := range p.IDs {
-		if id == "" || len(id) > maxIDLen || !plainText(id) {
-			return 0, invalid("ids["+strconv.Itoa(i)+"]", "want an event id: 1-%d characters of UTF-8 text", maxIDLen)
-		}
+	if err := validRetry("event", p.IDs, p.AllDead, MaxRetryIDs, " of a sink"); err != nil {
+		return 0, err
 	}
 	if err := validSinkFilter("sink", p.Sink); err != nil {
 		return 0, err
@@ -178,6 +168,34 @@ func ViewEvent(d store.EventDelivery) (EventView, error) {
 // validSinkFilter checks a sink name given to narrow a listing or a retry
 // ("" for every sink): text a store can compare, of a sane length. A name
 // no sink has matches nothing, as a filter should.
+// validRetry checks what an operator's retry of dead work (events, stock
+// tasks) names: ids, at most max and each an id, or every dead one — one of
+// the two.
+func validRetry(what string, ids []string, allDead bool, max int, narrower string) error {
+	switch {
+	case len(ids) == 0 && !allDead:
+		return invalid("ids", "name the %ss to retry, or retry every dead one", what)
+	case len(ids) > 0 && allDead:
+		return invalid("ids", "name the %ss to retry or retry every dead one, not both", what)
+	case len(ids) > max:
+		return invalid("ids", "at most %d %s ids per retry (retry every dead one%s instead)", max, what, narrower)
+	}
+	for i, id := range ids {
+		if id == "" || len(id) > maxIDLen || !plainText(id) {
+			return invalid("ids["+strconv.Itoa(i)+"]", "want a%s %s id: 1-%d characters of UTF-8 text", article(what), what, maxIDLen)
+		}
+	}
+	return nil
+}
+
+// article is "n" before a word that starts with a vowel.
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "n"
+	}
+	return ""
+}
+
 func validSinkFilter(field, sink string) error {
 	if len(sink) > maxSinkLen || !plainText(sink) {
 		return invalid(field, "want a sink name: at most %d characters of UTF-8 text", maxSinkLen)

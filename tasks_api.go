@@ -2,7 +2,6 @@ package lapse
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -67,18 +66,8 @@ func PageTasks(ctx context.Context, st store.Tasks, p store.ListTasksParams) (Ta
 // afresh, and returns how many. An id that names no DEAD task is not an
 // error: the count tells. The dispatcher is woken.
 func (s *Service) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64, error) {
-	switch {
-	case len(p.IDs) == 0 && !p.AllDead:
-		return 0, invalid("ids", "name the tasks to retry, or retry every dead one")
-	case len(p.IDs) > 0 && p.AllDead:
-		return 0, invalid("ids", "name the tasks to retry or retry every dead one, not both")
-	case len(p.IDs) > MaxRetryTaskIDs:
-		return 0, invalid("ids", "at most %d task ids per retry (retry every dead one instead)", MaxRetryTaskIDs)
-	}
-	for i, id := range p.IDs {
-		if id == "" || len(id) > maxIDLen || !plainText(id) {
-			return 0, invalid("ids["+strconv.Itoa(i)+"]", "want a task id: 1-%d characters of UTF-8 text", maxIDLen)
-		}
+	if err := validRetry("task", p.IDs, p.AllDead, MaxRetryTaskIDs, ""); err != nil {
+		return 0, err
 	}
 	n, err := s.store.RetryTasks(ctx, p)
 	if err != nil {

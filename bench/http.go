@@ -170,13 +170,17 @@ func (t *httpTarget) setStock(ctx context.Context, sku string, available int64) 
 	return t.call(ctx, http.MethodPut, "/v1/skus/"+url.PathEscape(sku), nil, body, nil)
 }
 
-func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error) {
-	body, _ := json.Marshal(map[string]any{
+func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error) {
+	req := map[string]any{
 		"id":              id,
 		"items":           []map[string]any{{"sku": sku, "qty": 1}},
 		"amount_cents":    amountCents,
 		"timeout_seconds": timeout.Seconds(),
-	})
+	}
+	if reservationID != "" {
+		req["reservation_id"] = reservationID
+	}
+	body, _ := json.Marshal(req)
 	if idempotencyKey == "" {
 		idempotencyKey = id // the retries of a 5xx in call need one
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/lapsehq/lapse"
@@ -17,19 +18,12 @@ import (
 func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := store.ListEventsParams{Sink: q.Get("sink")}
-	switch q.Get("dead") {
-	case "", "false":
-	case "true":
-		p.Dead = true
-	default:
-		return badRequest("invalid_field", "dead: want true or false")
+	var err error
+	if p.Dead, err = deadParam(q); err != nil {
+		return err
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			return badRequest("invalid_field", "limit: want an integer between 1 and %d", lapse.MaxEventsLimit)
-		}
-		p.Limit = n
+	if p.Limit, err = limitParam(q, lapse.MaxEventsLimit); err != nil {
+		return err
 	}
 	if a := q.Get("after"); a != "" {
 		n, err := strconv.ParseInt(a, 10, 64)
@@ -72,13 +66,10 @@ func (s *server) retryEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict(body, &b); err != nil {
 		return err
 	}
+	if err := retrySelection("event", b.IDs, b.Dead); err != nil {
+		return err
+	}
 	switch {
-	case b.Dead != nil && !*b.Dead:
-		return badRequest("invalid_field", "dead: want true (retry every dead event), or leave it out and give ids")
-	case b.IDs != nil && b.Dead != nil:
-		return badRequest("invalid_field", "give ids or dead, not both")
-	case b.IDs == nil && b.Dead == nil:
-		return badRequest("invalid_field", "give ids (the events to retry) or dead: true (every dead event)")
 	case b.Sink != nil && *b.Sink == "":
 		return badRequest("invalid_field", "sink: must not be empty (leave it out for every sink)")
 	}
@@ -91,4 +82,42 @@ func (s *server) retryEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, map[string]int64{"retried": n})
+}
+
+// deadParam reads the dead=true|false filter of an operators' listing.
+func deadParam(q url.Values) (bool, error) {
+	switch q.Get("dead") {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, badRequest("invalid_field", "dead: want true or false")
+}
+
+// limitParam reads a listing's page size: 0 (the default) when absent.
+func limitParam(q url.Values, max int) (int, error) {
+	l := q.Get("limit")
+	if l == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 {
+		return 0, badRequest("invalid_field", "limit: want an integer between 1 and %d", max)
+	}
+	return n, nil
+}
+
+// retrySelection checks the body of an operators' retry of dead work:
+// {"ids": […]} or {"dead": true}, one of the two.
+func retrySelection(what string, ids []string, dead *bool) error {
+	switch {
+	case dead != nil && !*dead:
+		return badRequest("invalid_field", "dead: want true (retry every dead %s), or leave it out and give ids", what)
+	case ids != nil && dead != nil:
+		return badRequest("invalid_field", "give ids or dead, not both")
+	case ids == nil && dead == nil:
+		return badRequest("invalid_field", "give ids (the %ss to retry) or dead: true (every dead %s)", what, what)
+	}
+	return nil
 }

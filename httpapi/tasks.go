@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strconv"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
@@ -17,19 +16,12 @@ import (
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := store.ListTasksParams{OrderID: q.Get("order_id"), After: q.Get("after")}
-	switch q.Get("dead") {
-	case "", "false":
-	case "true":
-		p.Dead = true
-	default:
-		return badRequest("invalid_field", "dead: want true or false")
+	var err error
+	if p.Dead, err = deadParam(q); err != nil {
+		return err
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			return badRequest("invalid_field", "limit: want an integer between 1 and %d", lapse.MaxTasksLimit)
-		}
-		p.Limit = n
+	if p.Limit, err = limitParam(q, lapse.MaxTasksLimit); err != nil {
+		return err
 	}
 	page, err := s.svc.ListTasks(r.Context(), p)
 	if err != nil {
@@ -61,13 +53,8 @@ func (s *server) retryTasks(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict(body, &b); err != nil {
 		return err
 	}
-	switch {
-	case b.Dead != nil && !*b.Dead:
-		return badRequest("invalid_field", "dead: want true (retry every dead task), or leave it out and give ids")
-	case b.IDs != nil && b.Dead != nil:
-		return badRequest("invalid_field", "give ids or dead, not both")
-	case b.IDs == nil && b.Dead == nil:
-		return badRequest("invalid_field", "give ids (the tasks to retry) or dead: true (every dead task)")
+	if err := retrySelection("task", b.IDs, b.Dead); err != nil {
+		return err
 	}
 	n, err := s.svc.RetryTasks(r.Context(), store.RetryTasksParams{IDs: b.IDs, AllDead: b.Dead != nil})
 	if err != nil {

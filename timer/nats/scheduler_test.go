@@ -65,8 +65,18 @@ func TestLateness(t *testing.T) {
 
 	// The schedule as stored: "@at" with milliseconds, rounded up, Lead
 	// before the due time (the process holds the timer until it is due).
+	// Read on probes an hour ahead with the same sub-millisecond fractions:
+	// a schedule that has fired is gone from the stream, and under load the
+	// near ones above may fire before they are read.
 	st := stream(t, prefix)
 	for _, key := range []string{"late-001", "late-077", "exact"} {
+		want["probe-"+key] = want[key].Add(time.Hour)
+		if err := s.Schedule(ctx, "probe-"+key, want["probe-"+key]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, probe := range []string{"probe-late-001", "probe-late-077", "probe-exact"} {
+		key := probe
 		m, err := st.GetLastMsgForSubject(ctx, schedSubject(prefix, key))
 		if err != nil {
 			t.Fatalf("%s: schedule message: %v", key, err)
@@ -82,6 +92,11 @@ func TestLateness(t *testing.T) {
 		}
 		if got, wantTarget := m.Header.Get("Nats-Schedule-Target"), prefix+".due."+base64.RawURLEncoding.EncodeToString([]byte(key)); got != wantTarget {
 			t.Errorf("%s: Nats-Schedule-Target %q, want %q", key, got, wantTarget)
+		}
+	}
+	for _, probe := range []string{"probe-late-001", "probe-late-077", "probe-exact"} {
+		if err := s.Unschedule(ctx, probe); err != nil {
+			t.Fatal(err)
 		}
 	}
 
