@@ -237,8 +237,8 @@ func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Durat
 
 // query asks the gateway about an order's payment. A gateway that keeps a
 // trade per attempt (payment.AttemptGateway) is asked about each of the
-// order's open attempts — the current one and any superseded one not yet
-// closed — and the answers are read as one: PAID if any attempt is (with
+// order's open attempts — the current one, any superseded one not yet
+// closed, any failed one — and the answers are read as one: PAID if any attempt is (with
 // its payment_id); else PENDING if any is; else NOT_PAID if any is; else
 // CLOSED. Other gateways, and orders whose attempts lapse never recorded,
 // are asked about the order as a whole. closeOpen closes what the answer
@@ -253,7 +253,12 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 			return payment.Status{}, nil, err
 		}
 		for _, p := range o.Payments {
-			if p.Status == order.PaymentPending || p.Status == order.PaymentSuperseded {
+			// A failed attempt too: at a gateway that keeps a trade per
+			// attempt, a failure leaves the trade open (a declined Stripe
+			// PaymentIntent is back to requires_payment_method, for the
+			// buyer to try again), so it is asked about and closed. Asked
+			// about "the order" instead, such a gateway knows nothing.
+			if p.Status == order.PaymentPending || p.Status == order.PaymentSuperseded || p.Status == order.PaymentFailed {
 				open = append(open, p.PaymentID)
 			}
 		}

@@ -379,7 +379,29 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, o)
+	return writeJSON(w, http.StatusOK, withPayBefore(o))
+}
+
+// withPayBefore is the pay answer: the order, and pay_before (= its
+// expires_at), the absolute deadline for the client to give the gateway as
+// the trade's own expiry (Stripe Checkout expires_at, Alipay and WeChat Pay
+// time_expire), so that the gateway itself refuses a payment after it.
+func withPayBefore(o order.Order) json.Marshaler { return payAnswer{o} }
+
+type payAnswer struct{ o order.Order }
+
+func (a payAnswer) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(a.o)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := json.Marshal(order.FormatTime(a.o.ExpiresAt))
+	if err != nil {
+		return nil, err
+	}
+	// b is the order's object, never empty: its last byte is the '}'.
+	b = append(b[:len(b)-1], `,"pay_before":`...)
+	return append(append(b, pb...), '}'), nil
 }
 
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {

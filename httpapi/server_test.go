@@ -285,7 +285,8 @@ func checkOrder(t *testing.T, raw []byte) order.Order {
 	}
 	required := []string{"id", "status", "items", "amount_cents", "currency", "created_at", "expires_at",
 		"cancel_after", "refund_required", "payment_attempts", "version"}
-	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id", "payments", "reservation_id", "tasks"}
+	optional := []string{"paid_at", "cancelled_at", "cancel_reason", "payment_id", "payments", "reservation_id", "tasks",
+		"pay_before"} // the pay answer's: its expires_at, checked below
 	for _, k := range required {
 		if _, ok := m[k]; !ok {
 			t.Errorf("order lacks %q: %s", k, raw)
@@ -296,7 +297,10 @@ func checkOrder(t *testing.T, raw []byte) order.Order {
 			t.Errorf("order has unexpected field %q: %s", k, raw)
 		}
 	}
-	for _, k := range []string{"created_at", "expires_at", "cancel_after", "paid_at", "cancelled_at"} {
+	if pb, ok := m["pay_before"]; ok && string(pb) != string(m["expires_at"]) {
+		t.Errorf("pay_before %s is not expires_at %s", pb, m["expires_at"])
+	}
+	for _, k := range []string{"created_at", "expires_at", "cancel_after", "paid_at", "cancelled_at", "pay_before"} {
 		v, ok := m[k]
 		if !ok {
 			continue
@@ -999,9 +1003,21 @@ func TestPay(t *testing.T) {
 
 	t.Run("PENDING before expires_at moves to PAYING", func(t *testing.T) {
 		o := mk(t, "p-1")
-		p := wantOrder(t, e.do(t, "POST", "/v1/orders/p-1/pay", nil), http.StatusOK)
+		r := e.do(t, "POST", "/v1/orders/p-1/pay", nil)
+		p := wantOrder(t, r, http.StatusOK)
 		if p.Status != order.Paying || p.Version != o.Version+1 {
 			t.Errorf("after pay: %s v%d, want PAYING v%d", p.Status, p.Version, o.Version+1)
+		}
+		// pay_before: the expires_at to give the gateway as its own expiry,
+		// in the API's time format (checkOrder: equal to expires_at).
+		var answer struct {
+			PayBefore string `json:"pay_before"`
+		}
+		if err := json.Unmarshal(r.Body, &answer); err != nil || answer.PayBefore != order.FormatTime(o.ExpiresAt) {
+			t.Errorf("pay_before %q, want %q (%v): %s", answer.PayBefore, order.FormatTime(o.ExpiresAt), err, r.Body)
+		}
+		if g := e.do(t, "GET", "/v1/orders/p-1", nil); strings.Contains(string(g.Body), "pay_before") {
+			t.Errorf("GET shows pay_before: %s", g.Body)
 		}
 		t.Run("a second pay answers 200 and changes nothing", func(t *testing.T) {
 			again := wantOrder(t, e.do(t, "POST", "/v1/orders/p-1/pay", nil), http.StatusOK)

@@ -17,23 +17,34 @@ type gatewayFlags struct {
 	url, token *string
 	timeout    *time.Duration
 	retries    *int
+	stripe     stripeFlags
 }
 
 func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
-		url:     fs.String("gateway", "", "payment gateway base URL (lapse's JSON protocol); without one PAYING orders wait for their callback"),
+		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol) or stripe (--stripe-* flags); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
 		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
 		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
+		stripe:  addStripeFlags(fs),
 	}
 }
 
-// open returns the gateway client, or nil when no --gateway was given.
-func (g gatewayFlags) open(logger *slog.Logger) (*payment.HTTPGateway, error) {
-	if *g.url == "" {
-		return nil, nil
+// open returns the gateway client and the notifiers of the gateway's own
+// notifications (served at POST /v1/payments/notify/{name}), or nothing
+// when no --gateway was given.
+func (g gatewayFlags) open(logger *slog.Logger) (payment.Gateway, []payment.Notifier, error) {
+	switch *g.url {
+	case "":
+		return nil, nil, nil
+	case "stripe":
+		return g.stripe.open(g, logger)
 	}
-	return payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+	gw, err := payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw, nil, nil
 }
 
 // callTimeout bounds one gateway call including its retries.

@@ -48,6 +48,10 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE (or --inventory URL for stock)")
 		return errUsage
 	}
+	if *gw.url == "stripe" {
+		fmt.Fprintln(stderr, "lapse reconcile: --gateway stripe is not supported (Stripe is asked by PaymentIntent, not by order): reconcile from a Stripe export with --statement")
+		return errUsage
+	}
 	if *format != "table" && *format != "json" {
 		fmt.Fprintln(stderr, "lapse reconcile: --format is table or json")
 		return errUsage
@@ -126,7 +130,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			p.Statement = f
 		} else {
-			g, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			g, _, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			if err != nil {
 				return couldNotRun(err)
 			}

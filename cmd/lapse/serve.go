@@ -111,7 +111,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeInventory()
-	if g, err := gw.open(logger); err != nil {
+	g, notifiers, err := gw.open(logger)
+	if err != nil {
 		return err
 	} else if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
@@ -148,7 +149,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		logger.Warn("--previous-callback-secret without --callback-secret: only callbacks signed with the previous secret are accepted; " +
 			"while rotating, set --callback-secret to the new secret too")
 	}
-	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Logger: logger})
+	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Notifiers: notifiers, Logger: logger})
 	// The dashboard at / and /ui/… (package web), behind the same token.
 	dash, err := web.New(svc, web.Options{APIToken: apiToken, Logger: logger})
 	if err != nil {

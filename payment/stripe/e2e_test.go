@@ -1,0 +1,278 @@
+package stripe_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/payment/stripe"
+	"github.com/lapsehq/lapse/payment/stripe/stripetest"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/sqlite"
+	"github.com/lapsehq/lapse/store/storetest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// service is a running lapse.Service on SQLite, with gw as its gateway
+// (nil: none).
+func service(t *testing.T, gw payment.Gateway) (*lapse.Service, *sqlite.Store) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "l.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Stock(t, st, 100, "sku")
+	cfg := lapse.Config{Store: st, Logger: quiet}
+	if gw != nil {
+		cfg.Gateway, cfg.ConfirmAfter, cfg.GatewayPendingMax = gw, 100*time.Millisecond, 300*time.Millisecond
+	}
+	svc, err := lapse.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10 s of shutdown")
+		}
+	})
+	return svc, st
+}
+
+func createPaying(t *testing.T, svc *lapse.Service, id, pid string, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: id, Items: []order.Item{{SKU: "sku", Qty: 1}}, AmountCents: 1299, Timeout: timeout}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PayAttempt(ctx, id, pid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, svc *lapse.Service, id string) order.Order {
+	t.Helper()
+	o, err := svc.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func waitStatus(t *testing.T, svc *lapse.Service, id string, want order.Status) order.Order {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o := get(t, svc, id)
+		if o.Status == want {
+			return o
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s after 10 s, want %s", id, o.Status, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The service's gateway check with the Stripe adapter: PAYING orders past
+// their deadline are asked about their PaymentIntent — succeeded → PAID by
+// it; requires_payment_method → cancelled at Stripe (the PaymentIntent, or
+// its open Checkout Session), then CANCELLED; processing → asked again, then
+// closed — and the confirmation query after the cancel finds it canceled.
+func TestGatewayCheckWithStripe(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	svc, st := service(t, newGateway(t, fs.URL, stripe.Config{}))
+	for _, c := range []struct{ pid, status string }{
+		{"pi_paid", "succeeded"}, {"pi_unpaid", "requires_payment_method"}, {"pi_checkout", "requires_payment_method"},
+		{"pi_processing", "processing"}, {"pi_failedthen", "requires_payment_method"},
+	} {
+		fs.Set(stripetest.PaymentIntent{ID: c.pid, Status: "requires_payment_method", Amount: 1299})
+		if c.status != "requires_payment_method" {
+			fs.SetStatus(c.pid, c.status)
+		}
+	}
+	fs.AddSession("cs_checkout", "pi_checkout")
+	createPaying(t, svc, "o-paid", "pi_paid", time.Second)
+	createPaying(t, svc, "o-unpaid", "pi_unpaid", time.Second)
+	createPaying(t, svc, "o-checkout", "pi_checkout", time.Second)
+	createPaying(t, svc, "o-processing", "pi_processing", time.Second)
+
+	if o := waitStatus(t, svc, "o-paid", order.Paid); o.PaymentID != "pi_paid" {
+		t.Fatalf("o-paid paid by %q", o.PaymentID)
+	}
+	waitStatus(t, svc, "o-unpaid", order.Cancelled)
+	if s := fs.Status("pi_unpaid"); s != "canceled" {
+		t.Fatalf("pi_unpaid after the cancel: %s", s)
+	}
+	waitStatus(t, svc, "o-checkout", order.Cancelled)
+	if s := fs.SessionStatus("cs_checkout"); s != "expired" {
+		t.Fatalf("cs_checkout after the cancel: %s", s)
+	}
+	// Stripe cannot cancel a processing PaymentIntent: never cancelled
+	// while it is; once it fails (back to requires_payment_method) it is.
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.Count("POST /v1/payment_intents/pi_processing/cancel") == 0 { // past GatewayPendingMax: the close is tried, and refused
+		if time.Now().After(deadline) {
+			t.Fatal("the processing PaymentIntent was never closed after GatewayPendingMax")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if o := get(t, svc, "o-processing"); o.Status != order.Paying {
+		t.Fatalf("o-processing: %s while its PaymentIntent is processing", o.Status)
+	}
+	fs.SetStatus("pi_processing", "requires_payment_method")
+	waitStatus(t, svc, "o-processing", order.Cancelled)
+	if fs.Count("GET /v1/payment_intents/pi_unpaid") < 2 {
+		t.Fatalf("no confirmation query after the cancel: %v", fs.Calls())
+	}
+	storetest.AuditOK(t, st)
+}
+
+// A card declined (payment_intent.payment_failed) puts the order back to
+// PENDING with its attempt FAILED; at the deadline the check still asks
+// Stripe about that PaymentIntent — the buyer may retry it — and closes it
+// before the cancel.
+func TestFailedAttemptClosedAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	svc, st := service(t, newGateway(t, fs.URL, stripe.Config{}))
+	fs.Set(stripetest.PaymentIntent{ID: "pi_declined", Status: "requires_payment_method", Amount: 1299})
+	createPaying(t, svc, "o-declined", "pi_declined", 300*time.Millisecond)
+	if _, err := svc.Notify(context.Background(), lapse.Notification{OrderID: "o-declined", PaymentID: "pi_declined",
+		Status: lapse.PaymentFailed, CallbackID: "stripe:evt_declined"}); err != nil {
+		t.Fatal(err)
+	}
+	if o := get(t, svc, "o-declined"); o.Status != order.Pending {
+		t.Fatalf("after the decline: %s", o.Status)
+	}
+	waitStatus(t, svc, "o-declined", order.Cancelled)
+	if s := fs.Status("pi_declined"); s != "canceled" {
+		t.Fatalf("the declined PaymentIntent after the cancel: %s (the buyer could still pay it)", s)
+	}
+	storetest.AuditOK(t, st)
+}
+
+// Stripe's webhook through lapse's route, with a real Service on SQLite:
+// forged, stale, malformed events change nothing; a good one pays the order
+// (found by its PaymentIntent when the event has no metadata.order_id); the
+// same event again changes nothing; a store failure answers 500, so Stripe
+// sends it again.
+func TestWebhookThroughTheRoute(t *testing.T) {
+	t.Parallel()
+	svc, st := service(t, nil)
+	n, err := stripe.NewNotifier(testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(httpapi.New(svc, httpapi.Options{APIToken: "the-api-token-0123456789", Notifiers: []payment.Notifier{n}, Logger: quiet}))
+	t.Cleanup(api.Close)
+	createPaying(t, svc, "o-1", "pi_one", time.Hour)
+	createPaying(t, svc, "o-2", "pi_two", time.Hour)
+	post := func(body []byte, h http.Header) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", api.URL+"/v1/payments/notify/stripe", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	errCode := func(body string) string {
+		var b struct{ Error struct{ Code string } }
+		_ = json.Unmarshal([]byte(body), &b)
+		return b.Error.Code
+	}
+	now := time.Now()
+	paid1 := event("evt_paid1", "payment_intent.succeeded", "pi_one", "succeeded", 1299, "")
+	for _, c := range []struct {
+		name string
+		body []byte
+		h    http.Header
+		code string
+	}{
+		{"forged", paid1, sign(paid1, "whsec_not_lapses", now), "invalid_signature"},
+		{"stale", paid1, sign(paid1, testWebhookSecret, now.Add(-6*time.Minute)), "invalid_signature"},
+		{"unsigned", paid1, http.Header{}, "invalid_signature"},
+		{"malformed", []byte(`{"id":"evt_x","type":"payment_intent.succeeded","data":{"object":{"id":"pi_one","amount_received":"lots"}}}`),
+			sign([]byte(`{"id":"evt_x","type":"payment_intent.succeeded","data":{"object":{"id":"pi_one","amount_received":"lots"}}}`), testWebhookSecret, now), "invalid_event"},
+	} {
+		if status, body := post(c.body, c.h); status != 400 || errCode(body) != c.code {
+			t.Fatalf("%s: %d %s; want 400 %s", c.name, status, body, c.code)
+		}
+		if o := get(t, svc, "o-1"); o.Status != order.Paying {
+			t.Fatalf("o-1 after a %s event: %s", c.name, o.Status)
+		}
+	}
+	// Good, no metadata: the order found by the PaymentIntent id.
+	if status, body := post(paid1, sign(paid1, testWebhookSecret, now)); status != 200 || body != "{}" {
+		t.Fatalf("good: %d %s", status, body)
+	}
+	before := get(t, svc, "o-1")
+	if before.Status != order.Paid || before.PaymentID != "pi_one" {
+		t.Fatalf("o-1 after its success event: %s by %q", before.Status, before.PaymentID)
+	}
+	// Replayed: the same event, signed again (Stripe retries with a fresh
+	// timestamp): acknowledged, nothing changes.
+	if status, _ := post(paid1, sign(paid1, testWebhookSecret, time.Now())); status != 200 {
+		t.Fatalf("replay: %d", status)
+	}
+	if after := get(t, svc, "o-1"); after.Version != before.Version || after.Status != order.Paid {
+		t.Fatalf("o-1 changed by a replay: version %d → %d, %s", before.Version, after.Version, after.Status)
+	}
+	res, err := svc.Notify(context.Background(), lapse.Notification{OrderID: "o-1", PaymentID: "pi_one", Status: lapse.PaymentSucceeded,
+		AmountCents: 1299, CallbackID: "stripe:evt_paid1"})
+	if err != nil || res.Outcome != store.OutcomeReplayed {
+		t.Fatalf("the event's id was not recorded as seen: %+v %v", res.Outcome, err)
+	}
+	// A failure event with metadata.order_id: o-2 back to PENDING.
+	failed2 := event("evt_failed2", "payment_intent.payment_failed", "pi_two", "requires_payment_method", 0, "o-2")
+	if status, _ := post(failed2, sign(failed2, testWebhookSecret, now)); status != 200 {
+		t.Fatalf("failed: %d", status)
+	}
+	if o := get(t, svc, "o-2"); o.Status != order.Pending || o.PaymentAttempts != 1 {
+		t.Fatalf("o-2 after payment_failed: %s, %d attempts", o.Status, o.PaymentAttempts)
+	}
+	// Another event type: acknowledged, nothing applied.
+	other := event("evt_created", "payment_intent.created", "pi_two", "requires_payment_method", 0, "o-2")
+	if status, body := post(other, sign(other, testWebhookSecret, now)); status != 200 || body != "{}" {
+		t.Fatalf("another event: %d %s", status, body)
+	}
+	// The store down: 500, and Stripe sends it again.
+	_ = st.Close()
+	paid2 := event("evt_paid2", "payment_intent.succeeded", "pi_two", "succeeded", 1299, "o-2")
+	if status, body := post(paid2, sign(paid2, testWebhookSecret, now)); status != 500 || errCode(body) != "not_applied" {
+		t.Fatalf("store down: %d %s", status, body)
+	}
+}

@@ -1,0 +1,303 @@
+// Package stripetest is a local server playing Stripe's API for the calls
+// lapse makes — GET /v1/payment_intents/{id}, POST
+// /v1/payment_intents/{id}/cancel, GET /v1/checkout/sessions?payment_intent=…,
+// POST /v1/checkout/sessions/{id}/expire — with Stripe's documented request
+// and response shapes: a bearer key, form-encoded POSTs, JSON objects, error
+// objects ({"error": {"type", "code", "message", "param"}}) and a Request-Id
+// header. Unlike stripe-mock it keeps state, so that tests can set a
+// PaymentIntent's status and see a cancel take effect.
+package stripetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// PaymentIntent is the state the server keeps of one.
+type PaymentIntent struct {
+	ID             string
+	Status         string // requires_payment_method, …, succeeded, canceled
+	Amount         int64
+	AmountReceived int64
+	Metadata       map[string]string
+}
+
+// Server is a running fake Stripe.
+type Server struct {
+	URL string
+	Key string
+
+	srv  *httptest.Server
+	reqs atomic.Int64
+
+	mu       sync.Mutex
+	pis      map[string]*PaymentIntent
+	sessions map[string]*session
+	calls    []string
+	fail     map[string]int // "METHOD path" → status to answer, once per entry in failures
+	hang     map[string]bool
+	// BeforeCancel, when set, runs before a cancel or expire is applied
+	// (under no lock): a payment landing between lapse's retrieve and its
+	// cancel.
+	BeforeCancel func(piID string)
+}
+
+type session struct {
+	id, pi, status string
+}
+
+// New starts a server that accepts the API key key; it stops when the test
+// ends.
+func New(t testing.TB, key string) *Server {
+	s := &Server{Key: key, pis: map[string]*PaymentIntent{}, sessions: map[string]*session{},
+		fail: map[string]int{}, hang: map[string]bool{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// Set creates or replaces a PaymentIntent.
+func (s *Server) Set(pi PaymentIntent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi.Metadata == nil {
+		pi.Metadata = map[string]string{}
+	}
+	s.pis[pi.ID] = &pi
+}
+
+// SetStatus changes a PaymentIntent's status (succeeded: amount_received =
+// amount).
+func (s *Server) SetStatus(id, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi := s.pis[id]
+	pi.Status = status
+	if status == "succeeded" {
+		pi.AmountReceived = pi.Amount
+	}
+}
+
+// Status is a PaymentIntent's status ("" if unknown).
+func (s *Server) Status(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi := s.pis[id]; pi != nil {
+		return pi.Status
+	}
+	return ""
+}
+
+// AddSession adds an open Checkout Session for the PaymentIntent.
+func (s *Server) AddSession(id, piID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sessions[id] = &session{id: id, pi: piID, status: "open"}
+}
+
+// SessionStatus is a Checkout Session's status.
+func (s *Server) SessionStatus(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[id].status
+}
+
+// Fail makes every request "METHOD path" (path without the query) answer
+// status with a Stripe api_error.
+func (s *Server) Fail(methodPath string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail[methodPath] = status
+}
+
+// Hang makes every request "METHOD path" wait until the client gives up.
+func (s *Server) Hang(methodPath string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang[methodPath] = true
+}
+
+// Calls lists the requests served, as "METHOD path".
+func (s *Server) Calls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.calls...)
+}
+
+// Count is how many requests "METHOD path" were served.
+func (s *Server) Count(methodPath string) int {
+	n := 0
+	for _, c := range s.Calls() {
+		if c == methodPath {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Request-Id", fmt.Sprintf("req_test%d", s.reqs.Add(1)))
+	call := r.Method + " " + r.URL.Path
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	failWith, hang := s.fail[call], s.hang[call]
+	s.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+s.Key {
+		// Worse than Stripe, which masks it: the key sent comes back, so
+		// that a test sees lapse cut it out of its errors.
+		stripeError(w, http.StatusUnauthorized, "invalid_request_error", "", fmt.Sprintf("Invalid API Key provided: %s", strings.TrimPrefix(got, "Bearer ")))
+		return
+	}
+	if r.Header.Get("Stripe-Version") == "" {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "no Stripe-Version header")
+		return
+	}
+	if r.Method == http.MethodPost && r.Header.Get("Content-Type") != "application/x-www-form-urlencoded" {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "Request's Content-Type must be application/x-www-form-urlencoded")
+		return
+	}
+	if failWith != 0 {
+		stripeError(w, failWith, "api_error", "", "An unknown error occurred")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", "malformed form: "+err.Error())
+		return
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[0] == "v1" && parts[1] == "payment_intents":
+		s.retrieve(w, parts[2])
+	case r.Method == http.MethodPost && len(parts) == 4 && parts[1] == "payment_intents" && parts[3] == "cancel":
+		s.cancel(w, parts[2])
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[1] == "checkout" && parts[2] == "sessions":
+		s.list(w, r)
+	case r.Method == http.MethodPost && len(parts) == 5 && parts[1] == "checkout" && parts[2] == "sessions" && parts[4] == "expire":
+		s.expire(w, parts[3])
+	default:
+		stripeError(w, http.StatusNotFound, "invalid_request_error", "", "Unrecognized request URL ("+call+")")
+	}
+}
+
+func (s *Server) retrieve(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi := s.pis[id]
+	if pi == nil {
+		stripeErrorParam(w, http.StatusNotFound, "resource_missing", fmt.Sprintf("No such payment_intent: '%s'", id), "intent")
+		return
+	}
+	writeJSON(w, http.StatusOK, piJSON(pi))
+}
+
+func (s *Server) cancel(w http.ResponseWriter, id string) {
+	if f := s.BeforeCancel; f != nil {
+		f(id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi := s.pis[id]
+	if pi == nil {
+		stripeErrorParam(w, http.StatusNotFound, "resource_missing", fmt.Sprintf("No such payment_intent: '%s'", id), "intent")
+		return
+	}
+	for _, ss := range s.sessions {
+		if ss.pi == id && ss.status == "open" {
+			stripeError(w, http.StatusBadRequest, "invalid_request_error", "",
+				"This PaymentIntent is managed by an open Checkout Session and cannot be canceled directly. Expire the Checkout Session instead.")
+			return
+		}
+	}
+	switch pi.Status {
+	case "requires_payment_method", "requires_capture", "requires_confirmation", "requires_action":
+		pi.Status = "canceled"
+		writeJSON(w, http.StatusOK, piJSON(pi))
+	default:
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "payment_intent_unexpected_state",
+			fmt.Sprintf("You cannot cancel this PaymentIntent because it has a status of %s. Only a PaymentIntent with one of the following statuses may be canceled: requires_payment_method, requires_capture, requires_confirmation, requires_action, processing.", pi.Status))
+	}
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, status := r.Form.Get("payment_intent"), r.Form.Get("status")
+	data := []any{}
+	for _, ss := range s.sessions {
+		if (pi == "" || ss.pi == pi) && (status == "" || ss.status == status) {
+			data = append(data, sessionJSON(ss))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "url": "/v1/checkout/sessions", "has_more": false, "data": data})
+}
+
+func (s *Server) expire(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss != nil {
+		if f := s.BeforeCancel; f != nil {
+			f(ss.pi)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss == nil {
+		stripeErrorParam(w, http.StatusNotFound, "resource_missing", fmt.Sprintf("No such checkout.session: '%s'", id), "session")
+		return
+	}
+	if pi := s.pis[ss.pi]; ss.status == "open" && pi != nil && pi.Status == "succeeded" {
+		ss.status = "complete"
+	}
+	if ss.status != "open" {
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "",
+			fmt.Sprintf("Only Checkout Sessions with a status in [\"open\"] can be expired. This Checkout Session has a status of %q.", ss.status))
+		return
+	}
+	ss.status = "expired"
+	if pi := s.pis[ss.pi]; pi != nil {
+		pi.Status = "canceled"
+	}
+	writeJSON(w, http.StatusOK, sessionJSON(ss))
+}
+
+func piJSON(pi *PaymentIntent) map[string]any {
+	return map[string]any{"id": pi.ID, "object": "payment_intent", "amount": pi.Amount, "amount_received": pi.AmountReceived,
+		"currency": "usd", "status": pi.Status, "metadata": pi.Metadata, "livemode": false,
+		"client_secret": pi.ID + "_secret_test"}
+}
+
+func sessionJSON(ss *session) map[string]any {
+	return map[string]any{"id": ss.id, "object": "checkout.session", "status": ss.status, "payment_intent": ss.pi,
+		"mode": "payment", "livemode": false}
+}
+
+func stripeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	e := map[string]any{"type": typ, "message": msg}
+	if code != "" {
+		e["code"] = code
+	}
+	writeJSON(w, status, map[string]any{"error": e})
+}
+
+func stripeErrorParam(w http.ResponseWriter, status int, code, msg, param string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"type": "invalid_request_error", "code": code,
+		"message": msg, "param": param, "doc_url": "https://stripe.com/docs/error-codes/" + strings.ReplaceAll(code, "_", "-")}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
