@@ -124,4 +124,3 @@ func TestHTTPGatewayConformance(t *testing.T) {
 		}})
 	})
 }
-
