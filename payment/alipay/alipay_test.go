@@ -79,7 +79,7 @@ func TestSignContent(t *testing.T) {
 	v := url.Values{
 		"method": {"alipay.mobile.public.menu.add"}, "charset": {"GBK"}, "sign_type": {"RSA2"}, "timestamp": {"2014-07-24 03:07:50"},
 		"biz_content": {`{"button":[{"actionParam":"ZFB_HFCZ","actionType":"out","name":"话费充值"}]}`},
-		"version": {"1.0"}, "app_id": {"2014072300007148"}, "sign": {"whatever"}, "empty": {""},
+		"version":     {"1.0"}, "app_id": {"2014072300007148"}, "sign": {"whatever"}, "empty": {""},
 	}
 	got, err := alipay.SignContent(v, "sign")
 	want := `app_id=2014072300007148&biz_content={"button":[{"actionParam":"ZFB_HFCZ","actionType":"out","name":"话费充值"}]}&charset=GBK&method=alipay.mobile.public.menu.add&sign_type=RSA2&timestamp=2014-07-24 03:07:50&version=1.0`
