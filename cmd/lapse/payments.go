@@ -21,23 +21,33 @@ type gatewayFlags struct {
 	url, token *string
 	timeout    *time.Duration
 	retries    *int
+	cn         cnGatewayFlags // --gateway alipay | wechatpay (gateway_cn.go)
 }
 
 func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
-		url:     fs.String("gateway", "", "payment gateway base URL (lapse's JSON protocol); without one PAYING orders wait for their callback"),
+		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol), or alipay or wechatpay (their --alipay-… / --wechatpay-… flags); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
 		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
-		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
+		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error (lapse's JSON protocol)"),
+		cn:      addCNGatewayFlags(fs),
 	}
 }
 
-// open returns the gateway client, or nil when no --gateway was given.
-func (g gatewayFlags) open(logger *slog.Logger) (*payment.HTTPGateway, error) {
-	if *g.url == "" {
-		return nil, nil
+// open returns the gateway client and the notifiers of the gateway's own
+// notifications, or nils when no --gateway was given.
+func (g gatewayFlags) open(logger *slog.Logger) (payment.Gateway, []payment.Notifier, error) {
+	switch *g.url {
+	case "":
+		return nil, nil, nil
+	case "alipay", "wechatpay":
+		return g.cn.open(*g.url, *g.timeout)
 	}
-	return payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+	gw, err := payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw, nil, nil
 }
 
 // callTimeout bounds one gateway call including its retries.
@@ -138,9 +148,16 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		p.Statement = f
 	} else {
-		g, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		g, _, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			return err
+		}
+		if _, perAttempt := g.(payment.AttemptGateway); perAttempt {
+			// reconcile asks about each order as a whole (its id as the trade
+			// number): at a gateway with a trade per attempt every paid order
+			// would read as unknown to it.
+			fmt.Fprintf(stderr, "lapse reconcile: --gateway %s keeps a trade per payment attempt, which reconcile cannot ask about yet; export its statement and give --statement\n", *gw.url)
+			return errUsage
 		}
 		p.Gateway = g
 	}

@@ -110,9 +110,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeInventory()
-	if g, err := gw.open(logger); err != nil {
+	g, notifiers, err := gw.open(logger)
+	if err != nil {
 		return err
-	} else if g != nil {
+	}
+	if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
 		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax
 	}
@@ -147,7 +149,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		logger.Warn("--previous-callback-secret without --callback-secret: only callbacks signed with the previous secret are accepted; " +
 			"while rotating, set --callback-secret to the new secret too")
 	}
-	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Logger: logger})
+	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Notifiers: notifiers, Logger: logger})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
