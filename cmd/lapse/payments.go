@@ -18,15 +18,17 @@ type gatewayFlags struct {
 	timeout    *time.Duration
 	retries    *int
 	stripe     stripeFlags
+	cn         cnGatewayFlags // --gateway alipay | wechatpay (gateway_cn.go)
 }
 
 func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
-		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol) or stripe (--stripe-* flags); without one PAYING orders wait for their callback"),
+		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol), or stripe, alipay or wechatpay (their --stripe-… / --alipay-… / --wechatpay-… flags); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
 		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
-		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error"),
+		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error (lapse's JSON protocol)"),
 		stripe:  addStripeFlags(fs),
+		cn:      addCNGatewayFlags(fs),
 	}
 }
 
@@ -39,6 +41,8 @@ func (g gatewayFlags) open(logger *slog.Logger) (payment.Gateway, []payment.Noti
 		return nil, nil, nil
 	case "stripe":
 		return g.stripe.open(g, logger)
+	case "alipay", "wechatpay":
+		return g.cn.open(*g.url, *g.timeout)
 	}
 	gw, err := payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
 	if err != nil {

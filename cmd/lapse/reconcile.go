@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/lapsehq/lapse/payment"
 	"io"
 	"log/slog"
 	"net/url"
@@ -133,6 +134,13 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			g, _, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			if err != nil {
 				return couldNotRun(err)
+			}
+			if _, perAttempt := g.(payment.AttemptGateway); perAttempt {
+				// reconcile asks about each order as a whole (its id as the
+				// trade number): at a gateway with a trade per attempt every
+				// paid order would read as unknown to it.
+				fmt.Fprintf(stderr, "lapse reconcile: --gateway %s keeps a trade per payment attempt, which reconcile cannot ask about yet; export its statement and give --statement\n", *gw.url)
+				return errUsage
 			}
 			p.Gateway = g
 		}

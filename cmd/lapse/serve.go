@@ -114,7 +114,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	g, notifiers, err := gw.open(logger)
 	if err != nil {
 		return err
-	} else if g != nil {
+	}
+	if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
 		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax
 	}

@@ -1,0 +1,161 @@
+package wechatpay
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/lapsehq/lapse/payment"
+)
+
+// ErrInvalidNotification is returned, wrapped, by Notifier.Verify for a
+// notification that is forged, stale, signed with another key, tampered
+// with, undecryptable, malformed, or meant for another merchant.
+var ErrInvalidNotification = errors.New("wechatpay: invalid notification")
+
+// Notifier verifies WeChat Pay's payment notifications (the notify_url of
+// an order: POST /v1/payments/notify/wechatpay) and turns them into lapse's
+// payment reports. It is safe for concurrent use.
+type Notifier struct {
+	mchID string
+	v     verifier
+	aead  cipher.AEAD
+}
+
+var _ payment.Notifier = (*Notifier)(nil)
+
+// NewNotifier returns the notifier of merchant cfg.MchID, verifying with
+// cfg.PlatformCerts and decrypting with cfg.APIv3Key (the request-signing
+// fields are not used).
+func NewNotifier(cfg Config) (*Notifier, error) {
+	switch {
+	case cfg.MchID == "":
+		return nil, errors.New("wechatpay: Config.MchID is required")
+	case len(cfg.APIv3Key) != 32:
+		return nil, fmt.Errorf("wechatpay: Config.APIv3Key: %d bytes, want 32", len(cfg.APIv3Key))
+	case cfg.Tolerance < 0:
+		return nil, errors.New("wechatpay: Config.Tolerance must not be negative")
+	}
+	cfg.setDefaults()
+	v, err := newVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(cfg.APIv3Key)
+	if err != nil {
+		return nil, fmt.Errorf("wechatpay: APIv3 key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("wechatpay: APIv3 key: %w", err)
+	}
+	return &Notifier{mchID: cfg.MchID, v: v, aead: aead}, nil
+}
+
+// Name implements payment.Notifier.
+func (*Notifier) Name() string { return "wechatpay" }
+
+// notification is a WeChat Pay notification's body.
+type notification struct {
+	ID           string `json:"id"`
+	CreateTime   string `json:"create_time"`
+	EventType    string `json:"event_type"`
+	ResourceType string `json:"resource_type"`
+	Resource     *struct {
+		Algorithm      string `json:"algorithm"`
+		Ciphertext     string `json:"ciphertext"`
+		AssociatedData string `json:"associated_data"`
+		Nonce          string `json:"nonce"`
+		OriginalType   string `json:"original_type"`
+	} `json:"resource"`
+}
+
+// Verify implements payment.Notifier. The signature headers must verify
+// over the body with the platform certificate they name, their timestamp
+// within the tolerance; the resource must decrypt (AEAD_AES_256_GCM under
+// the APIv3 key, which also authenticates it) into a transaction of our
+// merchant. trade_state SUCCESS reports the payment of out_trade_no
+// (amount.total, in fen); CLOSED, REVOKED and PAYERROR its failure; any
+// other state, or a resource that is not a transaction, nothing. The
+// report's CallbackID is the notification's id, the same on every delivery.
+func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]payment.Report, error) {
+	if err := n.v.verify(h, body); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidNotification, err)
+	}
+	var nt notification
+	if err := json.Unmarshal(body, &nt); err != nil {
+		return nil, fmt.Errorf("%w: malformed JSON: %v", ErrInvalidNotification, err)
+	}
+	if nt.ID == "" || nt.Resource == nil {
+		return nil, fmt.Errorf("%w: want an id and a resource", ErrInvalidNotification)
+	}
+	r := nt.Resource
+	if r.Algorithm != "AEAD_AES_256_GCM" {
+		return nil, fmt.Errorf("%w: resource algorithm %q, want AEAD_AES_256_GCM", ErrInvalidNotification, r.Algorithm)
+	}
+	plain, err := n.decrypt(r.Ciphertext, r.Nonce, r.AssociatedData)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
+	}
+	if r.OriginalType != "" && r.OriginalType != "transaction" {
+		return nil, nil // a refund's, a complaint's: not lapse's business
+	}
+	var tx Transaction
+	if err := json.Unmarshal(plain, &tx); err != nil {
+		return nil, fmt.Errorf("%w: malformed resource: %v", ErrInvalidNotification, err)
+	}
+	if tx.MchID != n.mchID {
+		return nil, fmt.Errorf("%w: mchid %q is not ours", ErrInvalidNotification, tx.MchID)
+	}
+	if tx.OutTradeNo == "" || tx.TradeState == "" {
+		return nil, fmt.Errorf("%w: the transaction has no out_trade_no or trade_state", ErrInvalidNotification)
+	}
+	switch tx.TradeState {
+	case stateSuccess:
+		st, err := tx.status()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
+		}
+		return []payment.Report{{PaymentID: tx.OutTradeNo, Succeeded: true, AmountCents: st.AmountCents, CallbackID: nt.ID}}, nil
+	case stateClosed, stateRevoked, statePayError:
+		return []payment.Report{{PaymentID: tx.OutTradeNo, CallbackID: nt.ID}}, nil
+	}
+	return nil, nil
+}
+
+// decrypt opens a resource. Its errors never show the key.
+func (n *Notifier) decrypt(ciphertext, nonce, associatedData string) ([]byte, error) {
+	ct, err := base64.StdEncoding.DecodeString(ciphertext)
+	if err != nil {
+		return nil, errors.New("resource ciphertext is not base64")
+	}
+	if len(nonce) != n.aead.NonceSize() {
+		return nil, fmt.Errorf("resource nonce of %d bytes, want %d", len(nonce), n.aead.NonceSize())
+	}
+	plain, err := n.aead.Open(nil, []byte(nonce), ct, []byte(associatedData))
+	if err != nil {
+		return nil, errors.New("resource does not decrypt with the APIv3 key (tampered, or another key)")
+	}
+	return plain, nil
+}
+
+// Acknowledge implements payment.Notifier: 204, no body.
+func (*Notifier) Acknowledge(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
+
+// Refuse implements payment.Notifier: {"code":"FAIL","message":…}, 400 for
+// a notification that failed verification and 500 for one lapse could not
+// apply; WeChat Pay sends it again either way.
+func (*Notifier) Refuse(w http.ResponseWriter, err error) {
+	code, msg := http.StatusInternalServerError, "not applied; send it again"
+	if errors.Is(err, ErrInvalidNotification) {
+		code, msg = http.StatusBadRequest, "verification failed"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": "FAIL", "message": msg})
+}

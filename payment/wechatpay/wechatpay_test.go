@@ -1,0 +1,283 @@
+package wechatpay_test
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/payment/gatewaytest"
+	"github.com/lapsehq/lapse/payment/wechatpay"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	gatewaytest.Run(t, gatewaytest.Harness{
+		Timeout: timeout, SignedResponses: true,
+		New: func(t *testing.T) (payment.Gateway, gatewaytest.Fake) {
+			f, u := newFake(t)
+			return newGateway(t, u), f
+		},
+	})
+}
+
+// A response correctly signed but more than five minutes off the clock is
+// refused, whichever way; REVOKED and PAYERROR are closed; USERPAYING
+// refuses a close (202), which is then an error.
+func TestQueryDetails(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	gw := newGateway(t, u)
+	ctx := context.Background()
+	f.set("p-old", "NOTPAY", 0)
+	for _, skew := range []time.Duration{-6 * time.Minute, 6 * time.Minute} {
+		f.setSkew(skew)
+		if st, err := gw.QueryAttempt(ctx, "o", "p-old"); err == nil || !strings.Contains(err.Error(), "off the clock") {
+			t.Fatalf("a response signed %s off: %+v %v", skew, st, err)
+		}
+	}
+	f.setSkew(4 * time.Minute)
+	if st, err := gw.QueryAttempt(ctx, "o", "p-old"); err != nil || st.State != payment.StateNotPaid {
+		t.Fatalf("a response signed 4 min off: %+v %v", st, err)
+	}
+	f.setSkew(0)
+	for _, s := range []string{"REVOKED", "PAYERROR"} {
+		f.set("p-"+s, s, 0)
+		if st, err := gw.QueryAttempt(ctx, "o", "p-"+s); err != nil || st.State != payment.StateClosed {
+			t.Fatalf("%s: %+v %v", s, st, err)
+		}
+	}
+	f.set("p-paying", "USERPAYING", 0)
+	if err := gw.CloseAttempt(ctx, "o", "p-paying"); err == nil || errors.Is(err, payment.ErrAlreadyPaid) {
+		t.Fatalf("close while the user is paying: %v, want an error", err)
+	}
+	if tr := f.trade("p-paying"); tr.state != "USERPAYING" {
+		t.Fatalf("p-paying is %s", tr.state)
+	}
+	// Another platform certificate than the one that signed: refused.
+	k := keys()
+	other, err := wechatpay.New(wechatpay.Config{MchID: mchID, SerialNo: merchantSerial, PrivateKey: k.merchant,
+		PlatformCerts: []*x509.Certificate{k.strangerCert}, APIBase: u, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.QueryAttempt(ctx, "o", "p-old"); err == nil || !strings.Contains(err.Error(), "not configured") {
+		t.Fatalf("a response from an unconfigured certificate: %v", err)
+	}
+}
+
+func TestTimeExpire(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 31, 16, 30, 5, 999_000_000, time.UTC)
+	if got := wechatpay.TimeExpire(at); got != "2026-12-31T16:30:05Z" {
+		t.Fatalf("TimeExpire = %q", got)
+	}
+	if got := wechatpay.TimeExpire(at.In(time.FixedZone("CST", 8*3600))); got != "2027-01-01T00:30:05+08:00" {
+		t.Fatalf("TimeExpire in Beijing = %q", got)
+	}
+}
+
+func TestKeyFiles(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	der, err := x509.MarshalPKCS8PrivateKey(k.merchant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wechatpay.ParsePrivateKey(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if err != nil || !got.Equal(k.merchant) {
+		t.Fatalf("ParsePrivateKey: %v", err)
+	}
+	if _, err := wechatpay.ParsePrivateKey(der); err == nil {
+		t.Fatal("a key without PEM was read")
+	}
+	certs := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.platformCert.Raw}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.strangerCert.Raw})...)
+	cs, err := wechatpay.ParseCertificates(certs)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("ParseCertificates: %d %v", len(cs), err)
+	}
+	if key, err := wechatpay.ParseAPIv3Key(append(append([]byte(nil), k.apiV3...), '\n')); err != nil || string(key) != string(k.apiV3) {
+		t.Fatalf("ParseAPIv3Key: %v", err)
+	}
+	if _, err := wechatpay.ParseAPIv3Key([]byte("short-secret-value")); err == nil || strings.Contains(err.Error(), "short-secret") {
+		t.Fatalf("a short APIv3 key: %v (never shown)", err)
+	}
+}
+
+// notify builds a payment notification of WeChat Pay's documented shape:
+// the transaction encrypted under apiV3Key, the body signed by key.
+type notice struct {
+	id, no, state string
+	cents         int64
+	mchID         string
+	apiV3Key      []byte
+}
+
+func (n notice) body(t *testing.T) []byte {
+	t.Helper()
+	if n.mchID == "" {
+		n.mchID = mchID
+	}
+	if n.apiV3Key == nil {
+		n.apiV3Key = keys().apiV3
+	}
+	tx := transaction(n.no, trade{n.state, n.cents})
+	tx["mchid"] = n.mchID
+	plain, _ := json.Marshal(tx)
+	block, err := aes.NewCipher(n.apiV3Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := nonce()[:12]
+	ct := gcm.Seal(nil, []byte(nonce), plain, []byte("transaction"))
+	summary := map[string]string{"SUCCESS": "支付成功"}[n.state]
+	body, _ := json.Marshal(map[string]any{
+		"id": n.id, "create_time": "2026-06-08T10:34:56+08:00", "resource_type": "encrypt-resource",
+		"event_type": "TRANSACTION.SUCCESS", "summary": summary,
+		"resource": map[string]string{"original_type": "transaction", "algorithm": "AEAD_AES_256_GCM",
+			"ciphertext": base64.StdEncoding.EncodeToString(ct), "associated_data": "transaction", "nonce": nonce},
+	})
+	return body
+}
+
+func headers(key *rsa.PrivateKey, serial string, at time.Time, body []byte) http.Header {
+	h := http.Header{"Content-Type": {"application/json"}}
+	signHeaders(h, key, serial, at, body)
+	return h
+}
+
+func TestNotifications(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Notifiers: []payment.Notifier{n}})
+	l.Paying(t, "o-1", "pay-o-1", 12345, time.Hour)
+	l.Paying(t, "o-2", "pay-o-2", 100, time.Hour)
+	now := time.Now()
+	refused := func(name string, h http.Header, body []byte) {
+		t.Helper()
+		r := l.Notify(t, "wechatpay", h, body)
+		var b struct{ Code, Message string }
+		if r.Status != http.StatusBadRequest || json.Unmarshal(r.Body, &b) != nil || b.Code != "FAIL" || b.Message == "" {
+			t.Fatalf("%s: %d %s, want 400 {\"code\":\"FAIL\",…}", name, r.Status, r.Body)
+		}
+		if o := l.Order(t, "o-1"); o.Status != order.Paying {
+			t.Fatalf("%s: o-1 is %s", name, o.Status)
+		}
+	}
+	good := notice{id: "EV-2026060800001", no: "pay-o-1", state: "SUCCESS", cents: 12345}.body(t)
+	platform := platformSerial()
+
+	refused("stale", headers(k.platform, platform, now.Add(-6*time.Minute), good), good)
+	refused("from the future", headers(k.platform, platform, now.Add(6*time.Minute), good), good)
+	refused("signed with another key", headers(k.other, platform, now, good), good)
+	refused("signed by an unconfigured certificate", headers(k.other, "ABCDEF", now, good), good)
+	forged := headers(k.platform, platform, now, good)
+	forged.Set("Wechatpay-Signature", base64.StdEncoding.EncodeToString(make([]byte, 256)))
+	refused("forged signature", forged, good)
+	refused("WeChat Pay's signature probe", func() http.Header {
+		h := headers(k.platform, platform, now, good)
+		h.Set("Wechatpay-Signature", "WECHATPAY/SIGNTEST/"+h.Get("Wechatpay-Signature"))
+		return h
+	}(), good)
+	refused("unsigned", http.Header{"Content-Type": {"application/json"}}, good)
+	tampered := []byte(strings.Replace(string(good), "EV-2026060800001", "EV-2026060800002", 1))
+	refused("tampered after signing", headers(k.platform, platform, now, good), tampered)
+	// The next ones are signed by the platform: what they carry is wrong.
+	cheap := notice{id: "EV-x", no: "pay-o-1", state: "SUCCESS", cents: 1, apiV3Key: []byte("0123456789abcdef0123456789abcdef")}.body(t)
+	refused("encrypted with another APIv3 key", headers(k.platform, platform, now, cheap), cheap)
+	theirs := notice{id: "EV-y", no: "pay-o-1", state: "SUCCESS", cents: 12345, mchID: "1900000001"}.body(t)
+	refused("another merchant's", headers(k.platform, platform, now, theirs), theirs)
+	var env map[string]any
+	_ = json.Unmarshal(good, &env)
+	res := env["resource"].(map[string]any)
+	ct, _ := base64.StdEncoding.DecodeString(res["ciphertext"].(string))
+	ct[len(ct)/2] ^= 1
+	res["ciphertext"] = base64.StdEncoding.EncodeToString(ct)
+	flipped, _ := json.Marshal(env)
+	refused("a ciphertext bit flipped", headers(k.platform, platform, now, flipped), flipped)
+
+	// Valid: applied, 204.
+	r := l.Notify(t, "wechatpay", headers(k.platform, platform, now, good), good)
+	if r.Status != http.StatusNoContent || len(r.Body) != 0 {
+		t.Fatalf("valid: %d %s", r.Status, r.Body)
+	}
+	paid := l.Order(t, "o-1")
+	if paid.Status != order.Paid || paid.PaymentID != "pay-o-1" {
+		t.Fatalf("o-1: %s by %q", paid.Status, paid.PaymentID)
+	}
+	// Sent again as WeChat Pay retries (signed afresh): nothing changes.
+	if r := l.Notify(t, "wechatpay", headers(k.platform, platform, time.Now(), good), good); r.Status != http.StatusNoContent {
+		t.Fatalf("replay: %d %s", r.Status, r.Body)
+	}
+	if again := l.Order(t, "o-1"); again.Version != paid.Version {
+		t.Fatalf("the replay changed o-1: version %d → %d", paid.Version, again.Version)
+	}
+	// Closed: the attempt failed; o-2 is back to PENDING.
+	closed := notice{id: "EV-2026060800003", no: "pay-o-2", state: "CLOSED"}.body(t)
+	if r := l.Notify(t, "wechatpay", headers(k.platform, platform, now, closed), closed); r.Status != http.StatusNoContent {
+		t.Fatalf("CLOSED: %d %s", r.Status, r.Body)
+	}
+	if o := l.Order(t, "o-2"); o.Status != order.Pending {
+		t.Fatalf("o-2 after CLOSED: %s", o.Status)
+	}
+}
+
+// The gateway check end to end: a real lapse asks the fake WeChat Pay about
+// PAYING orders past their deadline.
+func TestGatewayCheck(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Gateway: newGateway(t, u)})
+
+	// Paid, the notification lost: PAID.
+	l.Paying(t, "paid", "pay-paid", 2550, 200*time.Millisecond)
+	f.set("pay-paid", "SUCCESS", 2550)
+	if o := l.WaitStatus(t, "paid", order.Paid, 10*time.Second); o.PaymentID != "pay-paid" {
+		t.Fatalf("paid by %q", o.PaymentID)
+	}
+	// Not paid: closed at WeChat Pay, then cancelled.
+	l.Paying(t, "left", "pay-left", 100, 200*time.Millisecond)
+	f.set("pay-left", "NOTPAY", 0)
+	l.WaitStatus(t, "left", order.Cancelled, 10*time.Second)
+	if tr := f.trade("pay-left"); tr.state != "CLOSED" {
+		t.Fatalf("pay-left is %s at WeChat Pay", tr.state)
+	}
+	// The user is entering a password: past the pending maximum, lapse
+	// tries to close, WeChat Pay refuses (USER_PAYING), the order stays
+	// PAYING; the payment goes through and the order is PAID.
+	closes := f.count("close")
+	l.Paying(t, "typing", "pay-typing", 300, 200*time.Millisecond)
+	f.set("pay-typing", "USERPAYING", 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.count("close") == closes {
+		if time.Now().After(deadline) {
+			t.Fatal("no close of the trade in progress after the pending maximum")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o := l.Order(t, "typing"); o.Status != order.Paying {
+		t.Fatalf("typing is %s while the user pays", o.Status)
+	}
+	f.set("pay-typing", "SUCCESS", 300)
+	l.WaitStatus(t, "typing", order.Paid, 20*time.Second)
+}
