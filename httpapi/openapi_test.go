@@ -42,6 +42,36 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	}
 }
 
+// Every operation has an operationId, unique in the document and a
+// camelCase verb phrase: the generated client (package client) names its
+// methods after them, so a missing or repeated one breaks the client.
+func TestOpenAPIOperationIDs(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	camel := regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+	seen := map[string]string{}
+	n := 0
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			n++
+			what := method + " " + path
+			switch id := op.OperationID; {
+			case id == "":
+				t.Errorf("%s has no operationId", what)
+			case !camel.MatchString(id):
+				t.Errorf("%s: operationId %q is not camelCase", what, id)
+			case seen[id] != "":
+				t.Errorf("%s: operationId %q is %s's already", what, id, seen[id])
+			default:
+				seen[id] = what
+			}
+		}
+	}
+	if n < 17 {
+		t.Errorf("%d operations in the document, want at least 17", n)
+	}
+}
+
 // The OpenAPI document names every route, field and error code the API has,
 // so it cannot drift silently from server.go.
 func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
