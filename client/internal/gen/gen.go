@@ -261,7 +261,7 @@ type CreateOrder struct {
 	ReservationId *string `json:"reservation_id,omitempty"`
 
 	// TimeoutSeconds payment window, rounded to ms; defaults to --default-timeout (15 min)
-	TimeoutSeconds *float32 `json:"timeout_seconds,omitempty"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
 }
 
 // Error defines model for Error.
