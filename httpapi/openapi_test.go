@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -107,4 +108,23 @@ func readFile(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// GET /openapi.yaml serves the document itself (through conforming, like
+// every route the tests call).
+func TestOpenAPIDocumentIsServed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	resp, err := e.client.Get(e.url + "/openapi.yaml") // not e.do: the answer is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/yaml" || string(b) != string(httpapi.OpenAPI) {
+		t.Fatalf("GET /openapi.yaml: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(b))
+	}
 }
