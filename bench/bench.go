@@ -55,6 +55,11 @@ type Config struct {
 	RelayStore store.Outbox
 	RelaySinks []string
 
+	// Inventory, when set, holds the stock instead of the service: the
+	// service runs with it as its Config.Inventory, every order is reserved
+	// there first, and the run reports the stock tasks' lag.
+	Inventory *Inventory
+
 	// Orders is how many orders to create. Defaults to 2000; with Duration, 0
 	// means no limit but the duration.
 	Orders int
@@ -231,6 +236,9 @@ func (c *Config) validate() error {
 	case c.AllowedLag < 0:
 		return configError("AllowedLag", "%s: must not be negative", c.AllowedLag)
 	}
+	if inv := c.Inventory; inv != nil && (inv.Client == nil || inv.Probe == nil) {
+		return configError("Inventory", "needs a Client (to reserve) and a Probe (set as the service's Config.Tasks.OnDone)")
+	}
 	for _, f := range c.Faults {
 		if f.Name == "" || f.Do == nil || f.At < 0 {
 			return configError("Faults", "%q at %s: want a name, a time from the start (>= 0) and a Do function", f.Name, f.At)
@@ -311,6 +319,23 @@ type Result struct {
 	// RelayUndelivered counts events still not published to every sink when
 	// the run gave up waiting (at least; it reads 1,000 at most).
 	RelayUndelivered int64 `json:"relay_undelivered,omitempty"`
+	// Tasks is the stock tasks settled DONE, per action, and their lag
+	// from commit to DONE (Config.Inventory).
+	Tasks []TaskResult `json:"tasks,omitempty"`
+	// TasksNotDone counts orders whose task was not DONE when the run gave
+	// up waiting; TasksDead the DEAD tasks in the store then; TasksDoneTwice
+	// the tasks settled DONE a second time (sent again after a lease ran out).
+	TasksNotDone   int   `json:"tasks_not_done,omitempty"`
+	TasksDead      int64 `json:"tasks_dead,omitempty"`
+	TasksDoneTwice int   `json:"tasks_done_twice,omitempty"`
+	// TaskBatches counts the dispatcher's batches that settled tasks DONE.
+	TaskBatches int `json:"task_batches,omitempty"`
+	// TaskSettleMS is, per batch, from the inventory's last answer to the
+	// settle's commit.
+	TaskSettleMS *Percentiles `json:"task_settle_ms,omitempty"`
+	// ReserveMS is the round trip of the reserve commands sent before each
+	// create (Config.Inventory).
+	ReserveMS *Percentiles `json:"reserve_ms,omitempty"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
@@ -354,6 +379,7 @@ type run struct {
 
 	mu           sync.Mutex
 	dues         []int64   // cancel_after (unix ns) of the orders that will time out
+	reserveMS    []float64 // the reserve round trips (Config.Inventory)
 	firstCreated time.Time // store clock
 	lastDue      time.Time // store clock
 	faults       []FaultResult
@@ -387,7 +413,14 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	}
 	defer r.t.stop()
 	for k := range r.cfg.SKUs {
-		if err := r.t.setStock(ctx, skuName(k), stockPerSKU); err != nil {
+		var err error
+		switch inv := r.cfg.Inventory; {
+		case inv == nil:
+			err = r.t.setStock(ctx, skuName(k), stockPerSKU)
+		case inv.SetStock != nil: // the service keeps no stock of its own
+			err = inv.SetStock(ctx, skuName(k), stockPerSKU)
+		}
+		if err != nil {
 			return res, fmt.Errorf("bench: set stock: %w", err)
 		}
 	}
@@ -429,6 +462,11 @@ func (r *run) do(ctx context.Context) (Result, error) {
 		}
 		res.Relay = r.cfg.Relay.Results()
 		res.RelayUndelivered = left
+	}
+	if r.cfg.Inventory != nil && r.err() == nil {
+		if err := r.waitTasks(wctx, &res, int(r.created.Load())); err != nil {
+			r.fail(err)
+		}
 	}
 	res.Restarts = int(r.restarts.Load())
 	res.Retries = int(r.retries.Load())

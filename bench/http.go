@@ -89,12 +89,12 @@ func (t *httpTarget) setStock(ctx context.Context, sku string, available int64) 
 	return err
 }
 
-func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error) {
+func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error) {
 	if idempotencyKey == "" {
 		idempotencyKey = id // the harness's own retries (retry.go) need the same key
 	}
 	return t.c.CreateOrder(ctx, client.CreateOrder{ID: id, Items: []order.Item{{SKU: sku, Qty: 1}}, AmountCents: amountCents,
-		Timeout: timeout, IdempotencyKey: idempotencyKey})
+		Timeout: timeout, IdempotencyKey: idempotencyKey, ReservationID: reservationID})
 }
 
 func (t *httpTarget) startPayment(ctx context.Context, id string) error {

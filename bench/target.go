@@ -21,8 +21,10 @@ type Target interface {
 	// stop releases it; the run is over.
 	stop()
 	setStock(ctx context.Context, sku string, available int64) error
-	// create places an order, with idempotencyKey when it is not empty.
-	create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error)
+	// create places an order, with idempotencyKey when it is not empty, and
+	// with the stock a remote inventory holds for it when reservationID is
+	// not empty.
+	create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error)
 	// startPayment starts a payment, as the buyer would (PENDING → PAYING;
 	// an order already PAYING is fine). errPayMissed: the order could no
 	// longer be paid (expired or already cancelled); it will be cancelled.
@@ -159,12 +161,12 @@ func (t *inProcess) setStock(ctx context.Context, sku string, available int64) e
 	return err
 }
 
-func (t *inProcess) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey string) (order.Order, error) {
+func (t *inProcess) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error) {
 	svc, done := t.svc()
 	defer done()
 	r, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
 		ID: id, Items: []order.Item{{SKU: sku, Qty: 1}}, AmountCents: amountCents, Timeout: timeout,
-		IdempotencyKey: idempotencyKey,
+		IdempotencyKey: idempotencyKey, ReservationID: reservationID,
 	})
 	return r.Order, err
 }

@@ -84,9 +84,33 @@ func (r *run) create(ctx context.Context) {
 				if r.cfg.RetryFor > 0 {
 					key = id // a retry whose first attempt committed replays it
 				}
+				reservation := ""
+				if inv := r.cfg.Inventory; inv != nil {
+					// Reserved at the inventory first, as a shop's
+					// checkout would, then created with the reservation.
+					t0 := time.Now()
+					if err := r.retry(ctx, func() error { return inv.reserve(ctx, id, r.sku(i)) }); err != nil {
+						if ctx.Err() == nil {
+							r.fail(err)
+						}
+						return
+					}
+					took := float64(time.Since(t0).Microseconds()) / 1000
+					r.mu.Lock()
+					r.reserveMS = append(r.reserveMS, took)
+					r.mu.Unlock()
+					reservation = id
+					if !r.cfg.OpenLoop() {
+						due := windowBase.Add(time.Duration(float64(r.cfg.Spread) * float64(i) / float64(r.cfg.Orders)))
+						if timeout = time.Until(due); timeout < time.Millisecond {
+							r.fail(fmt.Errorf("bench: order %d created after its deadline: creation is slower than --lead %s allows", i, r.cfg.Lead))
+							return
+						}
+					}
+				}
 				var o order.Order
 				err := r.retry(ctx, func() (err error) {
-					o, err = r.t.create(ctx, id, r.sku(i), 1000, timeout, key)
+					o, err = r.t.create(ctx, id, r.sku(i), 1000, timeout, key, reservation)
 					return err
 				})
 				if err != nil {

@@ -18,6 +18,10 @@
 //     ignored (that range's run reports them).
 //
 // Nothing is changed: the report is for a person (or a refund job) to act on.
+//
+// ReconcileStock does the same for stock a remote inventory holds: lapse's
+// orders with a reservation and their stock tasks against the inventory's
+// ledger (stock.go; docs/inventory.md).
 package reconcile
 
 import (

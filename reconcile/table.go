@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -103,4 +104,58 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// WriteStockTable writes a stock reconciliation for a person: a summary,
+// the count of each kind of mismatch, then the examples as an aligned table
+// (left out when clean). For machines, encode the StockReport as JSON.
+func WriteStockTable(w io.Writer, rep StockReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	span := func(t time.Time, zero string) string {
+		if t.IsZero() {
+			return zero
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	verdict := "OK"
+	if !rep.OK() {
+		verdict = "NOT OK"
+	}
+	against := "the inventory's ledger"
+	if rep.Inventory != "" {
+		against = "the ledger of " + showID(rep.Inventory)
+	}
+	fmt.Fprintf(tw, "stock reconciliation of orders created %s .. %s against %s: %s\n",
+		span(rep.From, "(beginning)"), span(rep.To, "(now)"), against, verdict)
+	fmt.Fprintf(tw, "%d lapse orders with a reservation (%d open), %d ledger rows (%d of other reservations), %d rechecked; %d orders mismatched\n",
+		rep.Orders, rep.Open, rep.LedgerRows, rep.OtherRows, rep.Rechecked, rep.MismatchedOrders)
+	if rep.OK() {
+		return tw.Flush()
+	}
+	kinds := make([]Kind, 0, len(rep.Counts))
+	for k := range rep.Counts {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	fmt.Fprintf(tw, "\nKIND\tCOUNT\n")
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "%s\t%d\n", k, rep.Counts[k])
+	}
+	fmt.Fprintf(tw, "\nMISMATCHES (examples of each kind)\n")
+	fmt.Fprintln(tw, "KIND\tORDER\tRESERVATION\tLAPSE\tTASKS\tLEDGER\tDETAIL")
+	for _, m := range rep.Mismatches {
+		var tasks []string
+		for _, t := range m.Tasks {
+			tasks = append(tasks, string(t.Action)+" "+string(t.Status))
+		}
+		var ledger []string
+		for _, a := range []string{"reserve", "release", "confirm"} {
+			if n := m.Ledger[a]; n > 0 {
+				ledger = append(ledger, fmt.Sprintf("%s×%d", a, n))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Kind, idCell(m.OrderID), idCell(m.ReservationID), m.LapseStatus,
+			cell(strings.Join(tasks, ", ")), cell(strings.Join(ledger, " ")), cell(m.Detail))
+	}
+	return tw.Flush()
 }

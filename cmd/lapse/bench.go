@@ -20,6 +20,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/bench"
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
@@ -79,6 +80,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	restartDBDown := fs.Duration("restart-db-down", time.Second, none, "with --restart-db-at and no --restart-db-cmd: how long the database stays away (new connections refused)")
 	chaosLatency := fs.Duration("chaos-latency", 0, none, "put a proxy (toxiproxy, in this process) between the in-process service and its servers — the store's PostgreSQL or MySQL, and Redis timers — that delays every answer by this much: one round trip costs this much more (whole milliseconds)")
 	chaosJitter := fs.Duration("chaos-jitter", 0, none, "with --chaos-latency: vary each delay by up to ± this much, uniformly (whole milliseconds)")
+	invURL := fs.String("inventory", "", "a remote inventory holds the stock (amqp://user:pass@host:5672/vhost[?prefix=…] or http://host:port, as lapse serve --inventory): each order is reserved there first, then created with the reservation; reports the stock tasks' lag, commit → DONE")
+	invAPI := fs.String("inventory-api", "", "with --inventory: the reference inventory's HTTP API (lapse inventory --listen), where the run sets its SKUs' stock (PUT /skus/{sku}); default the --inventory URL when it is http://…, else the stock must be there already")
+	invReserve := fs.String("reserve-via", "transport", "with --inventory: how the run reserves each order — transport (a reserve command over --inventory's transport, as lapse --inventory-reserve would) or api (POST /reservations on --inventory-api, as a shop's checkout would; lapse's tasks still use the transport)")
+	taskWorkers := fs.Int("task-workers", 2, "with --inventory: batches of stock tasks the dispatcher sends at once (lapse serve --task-workers; 1 to 64)")
 	sinkFl := addSinkFlags(fs)
 	relayDrain := fs.Int("relay-drain", 0, "with --sink: before the run, write this many orders' events with no relay running, then time one relay emptying them into each sink, beside a plain publisher to the same broker (the ceiling)")
 	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
@@ -139,6 +144,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if u, err := url.Parse(*target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return usage("--target %q: want http://host:port", redact.URL(*target))
 		}
+	}
+	if *taskWorkers < 1 || *taskWorkers > 64 {
+		return usage("--task-workers %d: want 1 to 64", *taskWorkers)
+	}
+	if err := checkBenchInventory(*invURL, *invAPI, *invReserve, *target != ""); err != nil {
+		return usage("%v", err)
 	}
 	redisTimers := isRedisURL(*timers)
 	if *target == "" && !redisTimers {
@@ -338,8 +349,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				}
 			}()
 		}
+		var invClient inventory.Client
+		if *invURL != "" {
+			inv, client, closeInv, err := openBenchInventory(ctx, *invURL, *invAPI, *invReserve == "api", logger)
+			if err != nil {
+				return err
+			}
+			defer closeInv()
+			inv.Tasks = st
+			cfg.Inventory, invClient = inv, client
+		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
 			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
+			withBenchInventory(&c, cfg.Inventory, invClient, *taskWorkers)
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {
@@ -352,6 +374,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return lapse.New(c)
 		})
 		onWhat = fmt.Sprintf("%s + %s timers", redact.URL(storeArg), redact.URL(*timers))
+		if *invURL != "" {
+			onWhat += ", stock at the inventory " + redact.URL(*invURL)
+		}
 		if chaos != nil {
 			onWhat += describeChaos(chaos.Result())
 		}
@@ -388,7 +413,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		printBench(stdout, res)
 	}
-	if res.Audit.Status == "failed" || res.Early > 0 {
+	if res.Audit.Status == "failed" || res.Early > 0 || res.TasksNotDone > 0 || res.TasksDead > 0 {
 		return exitError{code: 1}
 	}
 	return nil
@@ -549,6 +574,7 @@ func printBench(w io.Writer, res bench.Result) {
 			fmt.Fprintln(w)
 		}
 	}
+	printBenchInventory(w, res)
 	if res.RelayUndelivered > 0 {
 		fmt.Fprintf(w, "relay         %d events still undelivered at the end\n", res.RelayUndelivered)
 	}

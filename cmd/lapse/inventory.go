@@ -17,7 +17,11 @@ import (
 // url, applies them with a and publishes the answers, until ctx ends: the
 // AMQP transport's server side.
 func serveInventoryAMQP(ctx context.Context, url string, a inventory.Applier, logger *slog.Logger) error {
-	return inventory.ServeAMQP(ctx, url, a, inventory.AMQPLogger(logger))
+	broker, opts, err := inventoryAMQPURL(url)
+	if err != nil {
+		return err
+	}
+	return inventory.ServeAMQP(ctx, broker, a, append(opts, inventory.AMQPLogger(logger))...)
 }
 
 func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -26,7 +30,7 @@ func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error
 	allowPublic := fs.Bool("allow-public", false, "let --listen name a non-loopback address: anyone who reaches it can set stock and flip the fault switches")
 	storeURL := fs.String("store", "sqlite://inventory.db", "the inventory's own store: sqlite://path, sqlite://:memory: or postgres://… (tables prefixed inv_)")
 	fs.commandLineOnly("store") // LAPSE_STORE is lapse serve's store
-	amqpURL := fs.String("amqp", "", "also take commands from this RabbitMQ broker (amqp://user:password@host:5672/vhost)")
+	amqpURL := fs.String("amqp", "", "also take commands from this RabbitMQ broker (amqp://user:password@host:5672/vhost; ?prefix=NAME names the exchange and queues, as lapse serve's --inventory, default lapse.stock)")
 	fail := fs.Bool("fail", false, "fault: answer every command 503 (AMQP: requeue) without applying it")
 	delay := fs.Duration("delay", 0, none, "fault: hold every command this long before applying it")
 	drop := fs.Bool("drop-answers", false, "fault: apply every command, then give no answer (HTTP: the connection is closed)")

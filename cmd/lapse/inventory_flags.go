@@ -27,7 +27,7 @@ type inventoryFlags struct {
 func addInventoryFlags(fs *flagSet) *inventoryFlags {
 	return &inventoryFlags{
 		url: fs.String("inventory", "local", "who holds the stock: local (lapse's own SKU counters), amqp://user:pass@host:5672/vhost "+
-			"(an inventory service taking stock commands over RabbitMQ) or http://host:port (over HTTP); docs/sagas.md"),
+			"(an inventory service taking stock commands over RabbitMQ; ?prefix=NAME names its exchange and queues, default lapse.stock) or http://host:port (over HTTP); docs/sagas.md"),
 		reserve: fs.Bool("inventory-reserve", false, "lapse reserves each order's stock at the inventory itself (reservation id = order id) "+
 			"instead of taking the reservation_id the caller made there; needs --inventory amqp://… or http://…"),
 		timeout:     fs.Duration("inventory-timeout", 5*time.Second, span{min: time.Millisecond}, "how long one stock command waits for the inventory's answer before it is retried"),
@@ -78,7 +78,11 @@ func (f *inventoryFlags) configure(ctx context.Context, cfg *lapse.Config, logge
 	var c inventory.Client
 	switch {
 	case strings.HasPrefix(*f.url, "amqp"):
-		ac, err := inventory.DialAMQP(ctx, *f.url, inventory.AMQPTimeout(*f.timeout), inventory.AMQPLogger(logger))
+		broker, opts, err := inventoryAMQPURL(*f.url)
+		if err != nil {
+			return nil, fmt.Errorf("--inventory %s: %w", redact.URL(*f.url), err)
+		}
+		ac, err := inventory.DialAMQP(ctx, broker, append(opts, inventory.AMQPTimeout(*f.timeout), inventory.AMQPLogger(logger))...)
 		if err != nil {
 			return nil, fmt.Errorf("--inventory %s: %w", redact.URL(*f.url), err)
 		}

@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse/payment"
-	"github.com/lapsehq/lapse/reconcile"
 	"github.com/lapsehq/lapse/redact"
 )
 
@@ -84,84 +80,6 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return nil
 	}
 	return err
-}
-
-func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("reconcile", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
-	gw := addGatewayFlags(fs)
-	statement := fs.String("statement", "", "gateway statement file (CSV order_id,payment_id,status,amount_cents; - for stdin) instead of --gateway")
-	from := fs.String("from", "", "first created_at to compare (RFC 3339 or YYYY-MM-DD; default 24 h ago)")
-	to := fs.String("to", "", "created_at bound, exclusive (RFC 3339 or YYYY-MM-DD; default now)")
-	concurrency := fs.Int("concurrency", 8, "gateway queries in flight")
-	format := fs.String("format", "table", "table or json")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if (*gw.url == "") == (*statement == "") {
-		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE")
-		return errUsage
-	}
-	if *format != "table" && *format != "json" {
-		fmt.Fprintln(stderr, "lapse reconcile: --format is table or json")
-		return errUsage
-	}
-	now := time.Now().UTC()
-	p := reconcile.Params{From: now.Add(-24 * time.Hour), To: now, Concurrency: *concurrency}
-	var err error
-	if *from != "" {
-		if p.From, err = parseWhen(*from); err != nil {
-			return fmt.Errorf("--from: %w", err)
-		}
-	}
-	if *to != "" {
-		if p.To, err = parseWhen(*to); err != nil {
-			return fmt.Errorf("--to: %w", err)
-		}
-	}
-	if !p.From.Before(p.To) {
-		return errors.New("--from must be before --to")
-	}
-	st, err := openStore(ctx, *storeURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	p.Orders = st
-	if *statement != "" {
-		f := os.Stdin
-		if *statement != "-" {
-			if f, err = os.Open(*statement); err != nil {
-				return err
-			}
-			defer f.Close()
-		}
-		p.Statement = f
-	} else {
-		g, err := gw.open(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		if err != nil {
-			return err
-		}
-		p.Gateway = g
-	}
-	rep, err := reconcile.Run(ctx, p)
-	if err != nil {
-		return err
-	}
-	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = reconcile.WriteTable(stdout, rep)
-	}
-	if err != nil {
-		return err
-	}
-	if !rep.OK() {
-		return exitError{code: 1}
-	}
-	return nil
 }
 
 func parseWhen(s string) (time.Time, error) {
