@@ -3,18 +3,15 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
+	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
@@ -36,7 +33,9 @@ type HTTPConfig struct {
 	Client *http.Client
 }
 
-// HTTP drives a running `lapse serve` over its public HTTP API: orders are
+// HTTP drives a running `lapse serve` over its public HTTP API, through
+// package client (which retries creates with an Idempotency-Key, and the
+// calls safe to repeat, on a transport error or a 503): orders are
 // created with POST /v1/orders (timeout_seconds), paid with
 // POST /v1/orders/{id}/pay and a signed POST /v1/payments/notify, progress is
 // read from GET /metrics and the cancels from GET /v1/orders?status=CANCELLED.
@@ -58,105 +57,25 @@ func HTTP(cfg HTTPConfig) (Target, error) {
 			},
 		}
 	}
-	return &httpTarget{cfg: cfg, base: strings.TrimRight(cfg.URL, "/")}, nil
+	opts := []client.Option{client.WithHTTPClient(cfg.Client)}
+	if cfg.APIToken != "" {
+		opts = append(opts, client.WithToken(cfg.APIToken))
+	}
+	c, err := client.New(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return &httpTarget{cfg: cfg, c: c}, nil
 }
 
 type httpTarget struct {
-	cfg  HTTPConfig
-	base string
-}
-
-// apiError is an error answer of the API: {"error": {"code", "message"}}.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// call sends one request and decodes a 2xx answer into out. Transport errors
-// and 5xx answers are retried a few times: every call the harness makes is
-// safe to repeat (creates carry an Idempotency-Key).
-func (t *httpTarget) call(ctx context.Context, method, path string, header http.Header, body []byte, out any) error {
-	var err error
-	for attempt := range 4 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Duration(attempt*attempt) * 50 * time.Millisecond):
-			}
-		}
-		var retry bool
-		retry, err = t.once(ctx, method, path, header, body, out)
-		if err == nil || !retry {
-			return err
-		}
-	}
-	return err
-}
-
-func (t *httpTarget) once(ctx context.Context, method, path string, header http.Header, body []byte, out any) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, method, t.base+path, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if t.cfg.APIToken != "" && strings.HasPrefix(path, "/v1/") {
-		req.Header.Set("Authorization", "Bearer "+t.cfg.APIToken)
-	}
-	resp, err := t.cfg.Client.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, fmt.Errorf("bench: %s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return true, fmt.Errorf("bench: %s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(b, &e)
-		ae := &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
-		if ae.Code == "" {
-			ae.Message = snippet(b)
-		}
-		return resp.StatusCode >= 500, fmt.Errorf("bench: %s %s: %w", method, path, ae)
-	}
-	if out == nil {
-		return false, nil
-	}
-	if w, ok := out.(io.Writer); ok {
-		_, err = w.Write(b)
-		return false, err
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return false, fmt.Errorf("bench: %s %s: decoding the answer: %w", method, path, err)
-	}
-	return false, nil
-}
-
-func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	cfg HTTPConfig
+	c   *client.Client
 }
 
 func (t *httpTarget) start(ctx context.Context) error {
-	if err := t.call(ctx, http.MethodGet, "/readyz", nil, nil, nil); err != nil {
-		return fmt.Errorf("bench: target %s not ready: %w", t.base, err)
+	if err := t.c.Ready(ctx); err != nil {
+		return fmt.Errorf("bench: target %s not ready: %w", t.c.URL(), err)
 	}
 	return nil
 }
@@ -166,57 +85,29 @@ func (t *httpTarget) stop() {}
 func (t *httpTarget) restart(context.Context) error { return errNoRestart }
 
 func (t *httpTarget) setStock(ctx context.Context, sku string, available int64) error {
-	body, _ := json.Marshal(map[string]int64{"available": available})
-	return t.call(ctx, http.MethodPut, "/v1/skus/"+url.PathEscape(sku), nil, body, nil)
+	_, err := t.c.SetStock(ctx, sku, available)
+	return err
 }
 
 func (t *httpTarget) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error) {
-	req := map[string]any{
-		"id":              id,
-		"items":           []map[string]any{{"sku": sku, "qty": 1}},
-		"amount_cents":    amountCents,
-		"timeout_seconds": timeout.Seconds(),
-	}
-	if reservationID != "" {
-		req["reservation_id"] = reservationID
-	}
-	body, _ := json.Marshal(req)
 	if idempotencyKey == "" {
-		idempotencyKey = id // the retries of a 5xx in call need one
+		idempotencyKey = id // the harness's own retries (retry.go) need the same key
 	}
-	var o order.Order
-	err := t.call(ctx, http.MethodPost, "/v1/orders", http.Header{"Idempotency-Key": {idempotencyKey}}, body, &o)
-	return o, err
+	return t.c.CreateOrder(ctx, client.CreateOrder{ID: id, Items: []order.Item{{SKU: sku, Qty: 1}}, AmountCents: amountCents,
+		Timeout: timeout, IdempotencyKey: idempotencyKey, ReservationID: reservationID})
 }
 
 func (t *httpTarget) startPayment(ctx context.Context, id string) error {
-	err := t.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/pay", nil, nil, nil)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.Status == http.StatusConflict && (ae.Code == "order_expired" || ae.Code == "order_not_pending") {
+	_, err := t.c.Pay(ctx, id, "")
+	if errors.Is(err, client.ErrOrderExpired) || errors.Is(err, client.ErrOrderNotPending) {
 		return errPayMissed
 	}
 	return err
 }
 
 func (t *httpTarget) completePayment(ctx context.Context, o order.Order) error {
-	body, _ := json.Marshal(map[string]any{
-		"order_id": o.ID, "payment_id": "bench-" + o.ID, "status": "SUCCEEDED", "amount_cents": o.AmountCents,
-	})
-	var res struct {
-		Result string      `json:"result"`
-		Order  order.Order `json:"order"`
-	}
-	// Signed per attempt: a retried callback is a new message, not a replay.
-	var err error
-	for attempt := 0; ; attempt++ {
-		h := http.Header{payment.SignatureHeader: {payment.Sign([]byte(t.cfg.CallbackSecret), time.Now(), body)}}
-		var retry bool
-		retry, err = t.once(ctx, http.MethodPost, "/v1/payments/notify", h, body, &res)
-		if err == nil || !retry || attempt == 3 {
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
-	}
+	res, err := t.c.NotifyPayment(ctx, client.Notification{OrderID: o.ID, PaymentID: "bench-" + o.ID, Succeeded: true,
+		AmountCents: o.AmountCents}, []byte(t.cfg.CallbackSecret))
 	if err != nil {
 		return err
 	}
@@ -227,31 +118,24 @@ func (t *httpTarget) completePayment(ctx context.Context, o order.Order) error {
 }
 
 func (t *httpTarget) counts(ctx context.Context) (counts, error) {
-	var b bytes.Buffer
-	if err := t.call(ctx, http.MethodGet, "/metrics", nil, nil, &b); err != nil {
+	b, err := t.c.Metrics(ctx)
+	if err != nil {
 		return counts{}, err
 	}
-	return parseCounts(&b)
+	return parseCounts(bytes.NewReader(b))
 }
 
 func (t *httpTarget) listCancelled(ctx context.Context, fn func([]order.Order) bool) error {
-	cursor := ""
+	p := client.ListOrders{Status: order.Cancelled, Limit: 500}
 	for {
-		q := url.Values{"status": {string(order.Cancelled)}, "limit": {"500"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Orders     []order.Order `json:"orders"`
-			NextCursor string        `json:"next_cursor"`
-		}
-		if err := t.call(ctx, http.MethodGet, "/v1/orders?"+q.Encode(), nil, nil, &page); err != nil {
+		page, err := t.c.ListOrders(ctx, p)
+		if err != nil {
 			return err
 		}
 		if !fn(page.Orders) || page.NextCursor == "" {
 			return nil
 		}
-		cursor = page.NextCursor
+		p.Cursor = page.NextCursor
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -35,7 +36,7 @@ func (r *run) retry(ctx context.Context, fn func() error) error {
 // refusal that the same call would meet again — rather than a failure to
 // get an answer (a connection cut, a database away, a 5xx).
 func refused(err error) bool {
-	var api *apiError
+	var api *client.Error
 	if errors.As(err, &api) {
 		return api.Status < 500
 	}

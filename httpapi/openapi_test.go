@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -42,6 +43,36 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	}
 }
 
+// Every operation has an operationId, unique in the document and a
+// camelCase verb phrase: the generated client (package client) names its
+// methods after them, so a missing or repeated one breaks the client.
+func TestOpenAPIOperationIDs(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	camel := regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+	seen := map[string]string{}
+	n := 0
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			n++
+			what := method + " " + path
+			switch id := op.OperationID; {
+			case id == "":
+				t.Errorf("%s has no operationId", what)
+			case !camel.MatchString(id):
+				t.Errorf("%s: operationId %q is not camelCase", what, id)
+			case seen[id] != "":
+				t.Errorf("%s: operationId %q is %s's already", what, id, seen[id])
+			default:
+				seen[id] = what
+			}
+		}
+	}
+	if n < 17 {
+		t.Errorf("%d operations in the document, want at least 17", n)
+	}
+}
+
 // The OpenAPI document names every route, field and error code the API has,
 // so it cannot drift silently from server.go.
 func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
@@ -77,4 +108,23 @@ func readFile(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// GET /openapi.yaml serves the document itself (through conforming, like
+// every route the tests call).
+func TestOpenAPIDocumentIsServed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	resp, err := e.client.Get(e.url + "/openapi.yaml") // not e.do: the answer is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/yaml" || string(b) != string(httpapi.OpenAPI) {
+		t.Fatalf("GET /openapi.yaml: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(b))
+	}
 }

@@ -45,6 +45,8 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return runEventsPurge(ctx, args[1:], stdout, stderr)
 	case "forget-sink":
 		return runEventsForgetSink(ctx, args[1:], stdout, stderr)
+	case "tail":
+		return runEventsTail(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		eventsUsage(stderr)
 		return flag.ErrHelp
@@ -71,8 +73,14 @@ Subcommands:
          the later events of their order then go out
   forget-sink NAME
          unregister a sink no instance runs any more, deleting its undelivered events
+  tail   [--sink NAME] [--interval 1s] [--json]
+         follow a running lapse's outbox through its API (GET /v1/events): each
+         delivery as it appears among the undelivered ones, and again when it dies.
+         An event a sink takes between two polls is not seen: a window on what is
+         slow or stuck, not a feed of every event (a sink is that)
 
-Each takes --store URL (LAPSE_STORE), like the other commands. --sink NAME is one
+tail takes --server URL (LAPSE_SERVER) and --api-token or --api-token-file, as
+lapse orders does; the others take --store URL (LAPSE_STORE), like the other commands. --sink NAME is one
 sink's name as list shows it, and is not read from LAPSE_SINK (lapse serve's sinks).
 `)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/lapsehq/lapse/client"
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store/mysql"
 )
@@ -135,10 +137,10 @@ func TestThreeInstancesOnePostgresOneKilled(t *testing.T) {
 		servers = append(servers, startServe(t, nil, "--store", storeURL, "--timers", "sql", "--grace", "0s",
 			"--sweep-interval", "1s", "--sweep-lag", "2s", "--no-migrate"))
 	}
-	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	must(servers[0].api().SetStock(t.Context(), "hot", 1000))(t)
 	const orders = 300
-	// Deadlines spread over 3 s starting 3 s from now, orders placed through all three.
-	first := time.Now().Add(3 * time.Second)
+	// Deadlines spread over 3 s starting 3 s after the orders are placed, through all three.
+	first := time.Now().Add(placeAhead + 2*time.Second)
 	placeOrders(t, servers, "k", orders, first, 3*time.Second)
 	if t.Failed() {
 		return
@@ -191,12 +193,23 @@ func flushRedis(t *testing.T, u string) {
 	}
 }
 
+// placeAhead is how long placeOrders may take for 300 orders on a loaded
+// machine (-race, the suites in parallel): the first deadline is put past it.
+// Each create carries an Idempotency-Key (package client always sends one,
+// so that its retries are safe), which roughly doubles a create's cost on
+// PostgreSQL (1.4 s → 3 s for 300 orders, three servers, -race).
+const placeAhead = 3 * time.Second
+
 // placeOrders creates n orders through the servers in turn (four requests in
 // flight per server), with deadlines spread evenly over spread starting at
 // first.
 func placeOrders(t *testing.T, servers []*server, prefix string, n int, first time.Time, spread time.Duration) {
 	t.Helper()
 	const perServer = 4
+	var clients []*client.Client
+	for _, s := range servers {
+		clients = append(clients, s.api())
+	}
 	var wg sync.WaitGroup
 	for w := range len(servers) * perServer {
 		wg.Go(func() {
@@ -207,7 +220,12 @@ func placeOrders(t *testing.T, servers []*server, prefix string, n int, first ti
 					t.Errorf("order %d placed after its deadline: the test machine is too slow", i)
 					return
 				}
-				servers[w%len(servers)].call("POST", "/v1/orders", fmt.Sprintf(`{"id":"%s-%03d","items":[{"sku":"hot","qty":1}],"amount_cents":100,"timeout_seconds":%.3f}`, prefix, i, secs), 201)
+				_, err := clients[w%len(clients)].CreateOrder(t.Context(), client.CreateOrder{ID: fmt.Sprintf("%s-%03d", prefix, i),
+					Items: []order.Item{{SKU: "hot", Qty: 1}}, AmountCents: 100, Timeout: time.Duration(secs * float64(time.Second))})
+				if err != nil {
+					t.Errorf("order %d: %v", i, err)
+					return
+				}
 			}
 		})
 	}
@@ -218,34 +236,28 @@ func placeOrders(t *testing.T, servers []*server, prefix string, n int, first ti
 // order's lateness (cancelled_at − cancel_after).
 func settled(t *testing.T, s *server, within time.Duration) []time.Duration {
 	t.Helper()
+	c, ctx := s.api(), t.Context()
 	deadline := time.Now().Add(within)
 	for {
-		page := s.call("GET", "/v1/orders?status=PENDING&limit=1", "", 200)
-		if len(page["orders"].([]any)) == 0 {
+		page := must(c.ListOrders(ctx, client.ListOrders{Status: order.Pending, Limit: 1}))(t)
+		if len(page.Orders) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("orders still PENDING after %s: %v", within, page)
+			t.Fatalf("orders still PENDING after %s: %s…", within, page.Orders[0].ID)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	var late []time.Duration
-	cursor := ""
-	for {
-		page := s.call("GET", "/v1/orders?status=CANCELLED&limit=500&cursor="+cursor, "", 200)
-		for _, raw := range page["orders"].([]any) {
-			o := raw.(map[string]any)
-			if o["cancel_reason"] != "timeout" {
-				continue
-			}
-			ca, _ := time.Parse(time.RFC3339Nano, o["cancelled_at"].(string))
-			due, _ := time.Parse(time.RFC3339Nano, o["cancel_after"].(string))
-			late = append(late, ca.Sub(due))
+	for o, err := range c.Orders(ctx, client.ListOrders{Status: order.Cancelled, Limit: 500}) {
+		if err != nil {
+			t.Fatal(err)
 		}
-		if cursor = page["next_cursor"].(string); cursor == "" {
-			return late
+		if o.CancelReason == order.ReasonTimeout {
+			late = append(late, o.CancelledAt.Sub(o.CancelAfter))
 		}
 	}
+	return late
 }
 
 // Two `lapse serve --timers redis://…` on one PostgreSQL and one Redis, one
@@ -264,9 +276,9 @@ func TestRedisDataLossUnderLoad(t *testing.T) {
 	t.Parallel()
 	storeURL, timers := postgresURL(t), redisURL(t, 9)
 	s := startServe(t, nil, "--store", storeURL, "--timers", timers, "--grace", "0s", "--sweep-interval", "0")
-	s.call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	must(s.api().SetStock(t.Context(), "hot", 1000))(t)
 	const orders = 300
-	first := time.Now().Add(2 * time.Second)
+	first := time.Now().Add(placeAhead + time.Second)
 	placeOrders(t, []*server{s}, "f", orders, first, 4*time.Second)
 	if t.Failed() {
 		return
@@ -310,13 +322,13 @@ func TestTwoDeploymentsOnOneRedisDatabase(t *testing.T) {
 		if !strings.Contains(s.logs.String(), "redis_prefix="+p) {
 			t.Fatalf("the start-up log does not show the prefix %s:\n%s", p, s.logs.String())
 		}
-		s.call("PUT", "/v1/skus/tee", `{"available": 100}`, 200)
+		must(s.api().SetStock(t.Context(), "tee", 100))(t)
 		servers = append(servers, s)
 	}
 	const orders = 20
 	for i := range orders {
 		for _, s := range servers {
-			s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":"o-%02d","items":[{"sku":"tee","qty":1}],"amount_cents":100,"timeout_seconds":1}`, i), 201)
+			must(s.api().CreateOrder(t.Context(), client.CreateOrder{ID: fmt.Sprintf("o-%02d", i), Items: []order.Item{{SKU: "tee", Qty: 1}}, AmountCents: 100, Timeout: time.Second}))(t)
 		}
 	}
 	for _, s := range servers {

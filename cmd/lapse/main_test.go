@@ -20,7 +20,8 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/client"
+	"github.com/lapsehq/lapse/order"
 )
 
 // binary is the lapse command built once for the end-to-end tests, which run
@@ -136,7 +137,30 @@ func (s *server) stop() {
 	}
 }
 
-// call sends a request and decodes the JSON answer, checking the status.
+// api is a client of s (package client), as a program using lapse would have.
+func (s *server) api() *client.Client {
+	s.t.Helper()
+	c, err := client.New(s.url)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// must takes a call's results and returns what fails t on its error, else
+// gives its value: must(c.GetOrder(ctx, id))(t).
+func must[V any](v V, err error) func(testing.TB) V {
+	return func(t testing.TB) V {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// call sends a request and decodes the JSON answer, checking the status: for
+// what the client does not send (foreign Host headers, wrong content types).
 func (s *server) call(method, path, body string, wantStatus int, header ...string) map[string]any {
 	s.t.Helper()
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
@@ -191,43 +215,43 @@ func endToEnd(t *testing.T, storeURL, timers string) {
 	env := []string{"LAPSE_STORE=" + storeURL, "LAPSE_CALLBACK_SECRET=" + secret} // flags through the environment
 	s := startServe(t, env, "--timers", timers, "--grace", "0s", "--sweep-interval", "1s", "--sweep-lag", "1s")
 	sku := "tee-" + run
-	s.call("PUT", "/v1/skus/"+sku, `{"available": 5}`, 200)
-	timeout := s.call("POST", "/v1/orders", `{"id":"to-`+run+`","items":[{"sku":"`+sku+`","qty":2}],"amount_cents":1999,"timeout_seconds":1}`, 201)
-	s.call("POST", "/v1/orders", `{"id":"pd-`+run+`","items":[{"sku":"`+sku+`","qty":1}],"amount_cents":999}`, 201)
-	s.call("POST", "/v1/orders", `{"id":"bc-`+run+`","items":[{"sku":"`+sku+`","qty":1}],"amount_cents":500}`, 201)
-	if got := s.call("POST", "/v1/orders/pd-"+run+"/pay", "", 200)["status"]; got != "PAYING" {
-		t.Fatalf("pay: status %v", got)
+	c, ctx := s.api(), t.Context()
+	must(c.SetStock(ctx, sku, 5))(t)
+	item := func(qty int64) []order.Item { return []order.Item{{SKU: sku, Qty: qty}} }
+	timeout := must(c.CreateOrder(ctx, client.CreateOrder{ID: "to-" + run, Items: item(2), AmountCents: 1999, Timeout: time.Second}))(t)
+	must(c.CreateOrder(ctx, client.CreateOrder{ID: "pd-" + run, Items: item(1), AmountCents: 999}))(t)
+	must(c.CreateOrder(ctx, client.CreateOrder{ID: "bc-" + run, Items: item(1), AmountCents: 500}))(t)
+	if got := must(c.Pay(ctx, "pd-"+run, ""))(t); got.Status != order.Paying {
+		t.Fatalf("pay: status %v", got.Status)
 	}
-	notify := func(orderID string, amount int, wantStatus int) map[string]any {
-		body := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-%s","status":"SUCCEEDED","amount_cents":%d}`, orderID, orderID, amount)
-		return s.call("POST", "/v1/payments/notify", body, wantStatus,
-			payment.SignatureHeader, payment.Sign([]byte(secret), time.Now(), []byte(body)))
+	notify := func(orderID string, amount int64) client.NotifyResult {
+		return must(c.NotifyPayment(ctx, client.Notification{OrderID: orderID, PaymentID: "pay-" + orderID, Succeeded: true, AmountCents: amount}, []byte(secret)))(t)
 	}
-	if got := notify("pd-"+run, 999, 200)["result"]; got != "paid" {
-		t.Fatalf("callback: result %v", got)
+	if got := notify("pd-"+run, 999); got.Result != "paid" {
+		t.Fatalf("callback: result %v", got.Result)
 	}
-	if got := s.call("POST", "/v1/orders/bc-"+run+"/cancel", "", 200)["cancel_reason"]; got != "buyer" {
-		t.Fatalf("buyer cancel: reason %v", got)
+	if got := must(c.Cancel(ctx, "bc-"+run))(t); got.CancelReason != order.ReasonBuyer {
+		t.Fatalf("buyer cancel: reason %v", got.CancelReason)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		o := s.call("GET", "/v1/orders/to-"+run, "", 200)
-		if o["status"] == "CANCELLED" {
-			if o["cancel_reason"] != "timeout" || o["cancelled_at"].(string) < timeout["cancel_after"].(string) {
-				t.Fatalf("timeout cancel: %v", o)
+		o := must(c.GetOrder(ctx, "to-"+run))(t)
+		if o.Status == order.Cancelled {
+			if o.CancelReason != order.ReasonTimeout || o.CancelledAt.Before(timeout.CancelAfter) {
+				t.Fatalf("timeout cancel: %+v", o)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("order not cancelled 15s after its deadline: %v", o)
+			t.Fatalf("order not cancelled 15s after its deadline: %+v", o)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := notify("to-"+run, 1999, 200); got["result"] != "refund_required" || got["order"].(map[string]any)["status"] != "CANCELLED" {
-		t.Fatalf("late callback: %v", got)
+	if got := notify("to-"+run, 1999); got.Result != "refund_required" || got.Order.Status != order.Cancelled {
+		t.Fatalf("late callback: %+v", got)
 	}
-	if got := s.call("GET", "/v1/skus/"+sku, "", 200); got["available"] != 4.0 || got["locked"] != 0.0 || got["sold"] != 1.0 {
-		t.Fatalf("stock after the flows: %v", got)
+	if got := must(c.GetSKU(ctx, sku))(t); got != (client.SKU{SKU: sku, Available: 4, Sold: 1}) {
+		t.Fatalf("stock after the flows: %+v", got)
 	}
 	s.stop()
 	out, code := lapseCmd(t, nil, "audit", "--store", storeURL)

@@ -13,6 +13,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/lapsehq/lapse/client"
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 )
 
@@ -167,11 +169,11 @@ func TestThreeInstancesRelayEveryEventOnce(t *testing.T) {
 	for range 3 {
 		servers = append(servers, startServe(t, nil, relayArgs(storeURL, rcv)...))
 	}
-	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	must(servers[0].api().SetStock(t.Context(), "hot", 1000))(t)
 	const orders = 300
-	placeOrders(t, servers, "r", orders, time.Now().Add(2*time.Second), 2*time.Second)
+	placeOrders(t, servers, "r", orders, time.Now().Add(placeAhead+time.Second), 2*time.Second)
 	for i := 0; i < orders; i += 3 { // a third cancelled by the buyer, the rest by timeout
-		servers[i%3].call("POST", fmt.Sprintf("/v1/orders/r-%03d/cancel", i), "", 200)
+		must(servers[i%3].api().Cancel(t.Context(), fmt.Sprintf("r-%03d", i)))(t)
 	}
 	evs := rcv.waitDistinct(2*orders, 60*time.Second)
 	if d := checkArrivals(t, evs); d != 0 {
@@ -209,7 +211,7 @@ func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 		close(killed)
 	}
 	rcv.mu.Unlock()
-	victim.call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
+	must(victim.api().SetStock(t.Context(), "hot", 1000))(t)
 	const orders = 100
 	placeOrders(t, []*server{victim}, "k", orders, time.Now().Add(3*time.Second), time.Second)
 	close(placed)
@@ -243,10 +245,11 @@ func TestWebhookOutageAndDeadLetters(t *testing.T) {
 	}
 	rcv := newReceiver(t)
 	s := startServe(t, nil, relayArgs(storeURL, rcv)...)
-	s.call("PUT", "/v1/skus/a", `{"available": 100}`, 200)
+	c := s.api()
+	must(c.SetStock(t.Context(), "a", 100))(t)
 
 	rcv.answer(500)
-	s.call("POST", "/v1/orders", `{"id":"down-1","items":[{"sku":"a","qty":1}],"amount_cents":100}`, 201)
+	must(c.CreateOrder(t.Context(), client.CreateOrder{ID: "down-1", Items: []order.Item{{SKU: "a", Qty: 1}}, AmountCents: 100}))(t)
 	time.Sleep(30 * time.Second) // the outage the issue names: refused for 30 s
 	rcv.answer(0)
 	got := rcv.waitDistinct(1, 90*time.Second)
@@ -255,7 +258,7 @@ func TestWebhookOutageAndDeadLetters(t *testing.T) {
 	}
 
 	rcv.answer(400)
-	s.call("POST", "/v1/orders", `{"id":"bad-1","items":[{"sku":"a","qty":1}],"amount_cents":100}`, 201)
+	must(c.CreateOrder(t.Context(), client.CreateOrder{ID: "bad-1", Items: []order.Item{{SKU: "a", Qty: 1}}, AmountCents: 100}))(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, code := lapseCmd(t, nil, "events", "list", "--dead", "--store", storeURL)

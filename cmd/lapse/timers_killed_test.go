@@ -26,8 +26,8 @@ func twoInstancesOneKilled(t *testing.T, timers string, orders int, within time.
 		servers = append(servers, startServe(t, nil, "--store", storeURL, "--timers", timers, "--grace", "0s",
 			"--sweep-interval", "0", "--no-migrate"))
 	}
-	servers[0].call("PUT", "/v1/skus/hot", `{"available": 1000}`, 200)
-	first := time.Now().Add(3 * time.Second)
+	must(servers[0].api().SetStock(t.Context(), "hot", 1000))(t)
+	first := time.Now().Add(placeAhead + 2*time.Second)
 	placeOrders(t, servers, "k", orders, first, 3*time.Second)
 	if t.Failed() {
 		return

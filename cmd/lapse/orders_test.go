@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse/client"
+	"github.com/lapsehq/lapse/order"
+)
+
+func TestOrdersCommands(t *testing.T) {
+	t.Parallel()
+	const token = "orders-cli-token-0123456789"
+	s := startServe(t, []string{"LAPSE_API_TOKEN=" + token}, "--store", "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"))
+	c, err := client.New(s.url, client.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	must(c.SetStock(ctx, "tee", 10))(t)
+	for _, id := range []string{"o1", "o2", "o3"} {
+		must(c.CreateOrder(ctx, client.CreateOrder{ID: id, Items: []order.Item{{SKU: "tee", Qty: 2}}, AmountCents: 1999}))(t)
+	}
+	must(c.Pay(ctx, "o2", "pi_o2"))(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withToken := []string{"LAPSE_API_TOKEN=" + token, "LAPSE_SERVER=" + s.url}
+	run := func(env []string, wantCode int, args ...string) string {
+		t.Helper()
+		out, code := lapseCmd(t, env, args...)
+		if code != wantCode {
+			t.Fatalf("lapse %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
+		}
+		if strings.Contains(out, token) {
+			t.Fatalf("lapse %s printed the token:\n%s", strings.Join(args, " "), out)
+		}
+		return out
+	}
+
+	out := run(withToken, 0, "orders", "get", "o2")
+	for _, want := range []string{"id                o2\n", "status            PAYING\n", "amount            1999 USD\n", "items             tee×2\n",
+		"payment_id        pi_o2\n", "payments:\n", "  PAYMENT ID  STATUS", "  pi_o2       PENDING"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("orders get o2: no %q in:\n%s", want, out)
+		}
+	}
+	out = run(nil, 0, "orders", "get", "--server", s.url, "--api-token-file", tokenFile, "--json", "o1")
+	var o order.Order
+	if err := json.Unmarshal([]byte(out), &o); err != nil || o.ID != "o1" || o.Status != order.Pending || o.Items[0].Qty != 2 {
+		t.Fatalf("orders get --json: %+v, %v:\n%s", o, err, out)
+	}
+
+	out = run(withToken, 0, "orders", "list", "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID  STATUS   AMOUNT    ITEMS  CREATED") || !strings.HasPrefix(lines[1], "o3  PENDING  1999 USD") ||
+		!strings.HasPrefix(lines[2], "o2  PAYING ") || !strings.HasPrefix(lines[3], "more: run again with --cursor ") {
+		t.Fatalf("orders list --limit 2:\n%s", out)
+	}
+	cursor := strings.TrimPrefix(lines[3], "more: run again with --cursor ")
+	if out := run(withToken, 0, "orders", "list", "--cursor", cursor, "--json"); strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":"o1"`) {
+		t.Fatalf("orders list --cursor --json:\n%s", out)
+	}
+	if out := run(withToken, 0, "orders", "list", "--status", "PAID"); out != "no orders\n" {
+		t.Fatalf("orders list --status PAID:\n%s", out)
+	}
+
+	out = run(withToken, 0, "orders", "cancel", "o1")
+	if !strings.Contains(out, "status            CANCELLED\n") || !strings.Contains(out, "(buyer)") {
+		t.Fatalf("orders cancel o1:\n%s", out)
+	}
+	// The API's refusals: exit 1 with the code and message.
+	if out := run(withToken, 1, "orders", "cancel", "o1"); out != "lapse orders: order_not_pending: the order is not PENDING\n" {
+		t.Fatalf("orders cancel o1 again:\n%s", out)
+	}
+	if out := run(withToken, 1, "orders", "get", "nope"); !strings.Contains(out, "order_not_found: no such order") {
+		t.Fatalf("orders get nope:\n%s", out)
+	}
+	if out := run([]string{"LAPSE_SERVER=" + s.url}, 1, "orders", "list"); !strings.Contains(out, "lapse orders: unauthorized: ") {
+		t.Fatalf("orders list without the token:\n%s", out)
+	}
+	if out := run(nil, 1, "orders", "get", "--server", "http://127.0.0.1:1", "o1"); !strings.Contains(out, "connection refused") {
+		t.Fatalf("orders get from no server:\n%s", out)
+	}
+	// Usage errors: exit 2.
+	for _, args := range [][]string{
+		{"orders"}, {"orders", "frob"}, {"orders", "get"}, {"orders", "get", "a", "b"}, {"orders", "cancel"},
+		{"orders", "list", "--status", "LOST"}, {"orders", "list", "--limit", "0"}, {"orders", "get", "--server", "ftp://x", "o1"},
+		{"orders", "get", "--api-token", "x", "--api-token-file", tokenFile, "o1"}, {"events", "tail", "--interval", "1ms"},
+	} {
+		run(withToken, 2, args...)
+	}
+}
+
+// lapse events tail shows a delivery while the sink refuses it (pending),
+// then again when the sink refuses it for good (dead), and exits 0 on
+// SIGINT.
+func TestEventsTail(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	rcv.answer(500)
+	s := startServe(t, nil, "--store", "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"), "--sink", rcv.url(), "--webhook-secret", testWebhookSecret)
+	c := s.api()
+	must(c.SetStock(t.Context(), "tee", 10))(t)
+	must(c.CreateOrder(t.Context(), client.CreateOrder{ID: "before", Items: []order.Item{{SKU: "tee", Qty: 1}}, AmountCents: 1}))(t)
+	// The event is listed once the relay has fanned it out to the sink.
+	for deadline := time.Now().Add(10 * time.Second); len(must(c.ListEvents(t.Context(), client.ListEvents{}))(t).Events) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first event is not listed after 10 s")
+		}
+	}
+
+	cmd := exec.Command(binary, "events", "tail", "--server", s.url, "--interval", "50ms")
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor := func(what string, cond func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out := stdout.String()
+			if cond(out) {
+				return out
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("events tail: no %s in 30 s:\n%s\nstderr:\n%s", what, out, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("header", func(out string) bool { return strings.HasPrefix(out, "STATE       SEQ  EVENT ID") })
+	if !strings.Contains(stderr.String(), "following "+s.url+" (after seq 1, 0 dead already)") {
+		t.Fatalf("events tail stderr:\n%s", stderr.String())
+	}
+	must(c.CreateOrder(t.Context(), client.CreateOrder{ID: "during", Items: []order.Item{{SKU: "tee", Qty: 1}}, AmountCents: 1}))(t)
+	out := waitFor("pending line", func(out string) bool { return strings.Contains(out, "order.created") })
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "pending       2  ") ||
+		!strings.Contains(lines[1], " during ") || strings.Contains(out, "before") {
+		t.Fatalf("events tail, the new event pending:\n%s", out)
+	}
+	rcv.answer(400)
+	out = waitFor("dead lines", func(out string) bool { return strings.Count(out, "\ndead ") == 2 })
+	if !strings.Contains(out, "\ndead          1  ") || !strings.Contains(out, " before ") || !strings.Contains(out, "refused: webhook") {
+		t.Fatalf("events tail, both events dead:\n%s", out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("events tail after SIGINT: %v\n%s", err, stderr.String())
+	}
+}
