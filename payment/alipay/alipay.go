@@ -93,6 +93,9 @@ type Config struct {
 // Gateway is the Alipay adapter: a payment.AttemptGateway. It is safe for
 // concurrent use.
 type Gateway struct {
+	// ByTradeNo gives Query, QueryAttempt, Close and CloseAttempt: the
+	// order's trade is numbered by its id, each attempt's by its payment id.
+	payment.ByTradeNo
 	cfg Config
 	url string
 }
@@ -130,55 +133,19 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Gateway{cfg: cfg, url: cfg.GatewayURL}, nil
+	g := &Gateway{cfg: cfg, url: cfg.GatewayURL}
+	g.ByTradeNo = payment.ByTradeNo{Name: "alipay", Trades: g}
+	return g, nil
 }
 
-// Query implements payment.Gateway: the trade whose out_trade_no is the order id.
-func (g *Gateway) Query(ctx context.Context, orderID string) (payment.Status, error) {
-	if orderID == "" {
-		return payment.Status{}, errors.New("alipay: query: empty order id")
-	}
-	st, err := g.query(ctx, orderID)
-	if err != nil {
-		return payment.Status{}, fmt.Errorf("alipay: query order %q: %w", orderID, err)
-	}
-	return st, nil
+// QueryTrade implements payment.Trades: the trade of out_trade_no.
+func (g *Gateway) QueryTrade(ctx context.Context, outTradeNo string) (payment.Status, error) {
+	return g.query(ctx, outTradeNo)
 }
 
-// QueryAttempt implements payment.AttemptGateway: the trade whose
-// out_trade_no is the attempt's payment id.
-func (g *Gateway) QueryAttempt(ctx context.Context, orderID, paymentID string) (payment.Status, error) {
-	if paymentID == "" {
-		return payment.Status{}, errors.New("alipay: query: empty payment id")
-	}
-	st, err := g.query(ctx, paymentID)
-	if err != nil {
-		return payment.Status{}, fmt.Errorf("alipay: query order %q payment %q: %w", orderID, paymentID, err)
-	}
-	return st, nil
-}
-
-// Close implements payment.Gateway: the trade whose out_trade_no is the order id.
-func (g *Gateway) Close(ctx context.Context, orderID string) error {
-	if orderID == "" {
-		return errors.New("alipay: close: empty order id")
-	}
-	if err := g.close(ctx, orderID); err != nil {
-		return fmt.Errorf("alipay: close order %q: %w", orderID, err)
-	}
-	return nil
-}
-
-// CloseAttempt implements payment.AttemptGateway: the trade whose
-// out_trade_no is the attempt's payment id.
-func (g *Gateway) CloseAttempt(ctx context.Context, orderID, paymentID string) error {
-	if paymentID == "" {
-		return errors.New("alipay: close: empty payment id")
-	}
-	if err := g.close(ctx, paymentID); err != nil {
-		return fmt.Errorf("alipay: close order %q payment %q: %w", orderID, paymentID, err)
-	}
-	return nil
+// CloseTrade implements payment.Trades.
+func (g *Gateway) CloseTrade(ctx context.Context, outTradeNo string) error {
+	return g.close(ctx, outTradeNo)
 }
 
 // tradeResponse is the part of alipay.trade.query's and alipay.trade.close's

@@ -196,6 +196,9 @@ func (v verifier) verify(h http.Header, body []byte) error {
 // Gateway is the WeChat Pay adapter: a payment.AttemptGateway. It is safe
 // for concurrent use.
 type Gateway struct {
+	// ByTradeNo gives Query, QueryAttempt, Close and CloseAttempt: the
+	// order's trade is numbered by its id, each attempt's by its payment id.
+	payment.ByTradeNo
 	cfg Config
 	v   verifier
 }
@@ -223,55 +226,20 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, v: v}, nil
+	g := &Gateway{cfg: cfg, v: v}
+	g.ByTradeNo = payment.ByTradeNo{Name: "wechatpay", Trades: g}
+	return g, nil
 }
 
-// Query implements payment.Gateway: the trade whose out_trade_no is the order id.
-func (g *Gateway) Query(ctx context.Context, orderID string) (payment.Status, error) {
-	if orderID == "" {
-		return payment.Status{}, errors.New("wechatpay: query: empty order id")
-	}
-	st, _, err := g.query(ctx, orderID)
-	if err != nil {
-		return payment.Status{}, fmt.Errorf("wechatpay: query order %q: %w", orderID, err)
-	}
-	return st, nil
+// QueryTrade implements payment.Trades: the trade of out_trade_no.
+func (g *Gateway) QueryTrade(ctx context.Context, outTradeNo string) (payment.Status, error) {
+	st, _, err := g.query(ctx, outTradeNo)
+	return st, err
 }
 
-// QueryAttempt implements payment.AttemptGateway: the trade whose
-// out_trade_no is the attempt's payment id.
-func (g *Gateway) QueryAttempt(ctx context.Context, orderID, paymentID string) (payment.Status, error) {
-	if paymentID == "" {
-		return payment.Status{}, errors.New("wechatpay: query: empty payment id")
-	}
-	st, _, err := g.query(ctx, paymentID)
-	if err != nil {
-		return payment.Status{}, fmt.Errorf("wechatpay: query order %q payment %q: %w", orderID, paymentID, err)
-	}
-	return st, nil
-}
-
-// Close implements payment.Gateway: the trade whose out_trade_no is the order id.
-func (g *Gateway) Close(ctx context.Context, orderID string) error {
-	if orderID == "" {
-		return errors.New("wechatpay: close: empty order id")
-	}
-	if err := g.close(ctx, orderID); err != nil {
-		return fmt.Errorf("wechatpay: close order %q: %w", orderID, err)
-	}
-	return nil
-}
-
-// CloseAttempt implements payment.AttemptGateway: the trade whose
-// out_trade_no is the attempt's payment id.
-func (g *Gateway) CloseAttempt(ctx context.Context, orderID, paymentID string) error {
-	if paymentID == "" {
-		return errors.New("wechatpay: close: empty payment id")
-	}
-	if err := g.close(ctx, paymentID); err != nil {
-		return fmt.Errorf("wechatpay: close order %q payment %q: %w", orderID, paymentID, err)
-	}
-	return nil
+// CloseTrade implements payment.Trades.
+func (g *Gateway) CloseTrade(ctx context.Context, outTradeNo string) error {
+	return g.close(ctx, outTradeNo)
 }
 
 // Transaction is the part of a WeChat Pay transaction (the query's answer,
