@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -32,28 +31,13 @@ import (
 // directly, running lapse or not (the API has list and retry too: GET
 // /v1/events, POST /v1/events/retry).
 func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		eventsUsage(stderr)
-		return errUsage
-	}
-	switch args[0] {
-	case "list":
-		return runEventsList(ctx, args[1:], stdout, stderr)
-	case "retry":
-		return runEventsRetry(ctx, args[1:], stdout, stderr)
-	case "purge":
-		return runEventsPurge(ctx, args[1:], stdout, stderr)
-	case "forget-sink":
-		return runEventsForgetSink(ctx, args[1:], stdout, stderr)
-	case "tail":
-		return runEventsTail(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		eventsUsage(stderr)
-		return flag.ErrHelp
-	}
-	fmt.Fprintf(stderr, "lapse events: unknown subcommand %q\n\n", args[0])
-	eventsUsage(stderr)
-	return errUsage
+	return runSubcommand(ctx, "events", args, stdout, stderr, eventsUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"list":        runEventsList,
+		"retry":       runEventsRetry,
+		"purge":       runEventsPurge,
+		"forget-sink": runEventsForgetSink,
+		"tail":        runEventsTail,
+	})
 }
 
 func eventsUsage(w io.Writer) {

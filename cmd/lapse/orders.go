@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -19,24 +18,11 @@ import (
 // runOrders is `lapse orders`: a running lapse's orders, through its HTTP
 // API (package client), as an operator looks them up.
 func runOrders(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		ordersUsage(stderr)
-		return errUsage
-	}
-	switch args[0] {
-	case "get":
-		return runOrdersGet(ctx, args[1:], stdout, stderr)
-	case "list":
-		return runOrdersList(ctx, args[1:], stdout, stderr)
-	case "cancel":
-		return runOrdersCancel(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		ordersUsage(stderr)
-		return flag.ErrHelp
-	}
-	fmt.Fprintf(stderr, "lapse orders: unknown subcommand %q\n\n", args[0])
-	ordersUsage(stderr)
-	return errUsage
+	return runSubcommand(ctx, "orders", args, stdout, stderr, ordersUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"get":    runOrdersGet,
+		"list":   runOrdersList,
+		"cancel": runOrdersCancel,
+	})
 }
 
 func ordersUsage(w io.Writer) {

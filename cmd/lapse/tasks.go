@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -23,22 +22,10 @@ import (
 // subcommands open the store directly, running lapse or not (the API has
 // the same: GET /v1/tasks, POST /v1/tasks/retry).
 func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		tasksUsage(stderr)
-		return errUsage
-	}
-	switch args[0] {
-	case "list":
-		return runTasksList(ctx, args[1:], stdout, stderr)
-	case "retry":
-		return runTasksRetry(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		tasksUsage(stderr)
-		return flag.ErrHelp
-	}
-	fmt.Fprintf(stderr, "lapse tasks: unknown subcommand %q\n\n", args[0])
-	tasksUsage(stderr)
-	return errUsage
+	return runSubcommand(ctx, "tasks", args, stdout, stderr, tasksUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"list":  runTasksList,
+		"retry": runTasksRetry,
+	})
 }
 
 func tasksUsage(w io.Writer) {
