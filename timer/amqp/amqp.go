@@ -50,8 +50,9 @@
 //
 // The longest delay is (2^Levels - 1) × Base, MaxDelay: about 9 days 17
 // hours with the defaults. A longer one is sent for MaxDelay; when it arrives
-// in the ready queue before its due time, Run sends it again for the
-// remainder (counted in Stats.Republished), so it is never delivered early.
+// in the ready queue more than Lead + Base before its due time, Run sends it
+// again for the remainder (counted in Stats.Republished), so it is never
+// delivered early.
 //
 // # Scheduling
 //
@@ -83,24 +84,39 @@
 //
 // # Precision
 //
-// The delay is rounded up to Base, so a timer arrives 0 to Base after its
-// due time, plus about a millisecond per level it waits in (the broker's
-// expiry and dead-lettering) and the delivery to a consumer. RabbitMQ counts
-// TTLs in whole milliseconds from the time a queue took the message, so a
-// timer can arrive a few milliseconds before its due time; one that arrives
-// early by at most Base is held by Run, unacknowledged, until it is due. Run
-// checks every timer against this process's clock before handing it over:
-// none is ever delivered before its Due. TestLateness measures the
+// A timer is sent to leave the ladder Config.Lead (400 ms) before its due
+// time, the delay rounded up to Base, so it reaches the ready queue 0 to
+// Base after due − Lead, plus about a millisecond per level it waits in (the
+// broker's expiry and dead-lettering) and the delivery to a consumer. Run
+// holds a timer that arrives before its due time by up to Lead + Base,
+// unacknowledged, and hands it over at its due time by this process's
+// clock (counted in Stats.Held); none is ever delivered before its Due.
+//
+// The lead is there because the broker is late under load. At 1,000 timers
+// a second with lapse and PostgreSQL on the same 2 cores, dead-lettering
+// fell behind by hundreds of milliseconds: `lapse bench --store postgres://…
+// --timers amqp://… --rate 1000 --duration 10s --timeout 2s` gave lateness
+// p50 79 ms, p99 315 ms with no lead and p50 2 ms, p99 17 ms with a 300 ms
+// lead, back to back on a quiet machine; with other builds running (load
+// 4–6), p99 991 ms without a lead and 26–41 ms with the default 400 ms: the
+// broker's lag is hidden inside the lead. Without a lead (Config.Lead negative) the lateness is the
+// rounding up to Base plus the broker's lag. TestLateness measures the
 // lateness, from the due time to the handler's call, of 300 timers due over
-// 3 s on a 2-core machine under the race detector: p50 61 ms, p99 108 ms,
-// max 111 ms with a Base of 100 ms; p50 16 ms, p99 24 ms, max 27 ms with
-// 10 ms.
+// 3 s on a 2-core machine under the race detector: p50 0.3 ms, p99 2.7 ms
+// with the default lead (p99 108 ms with Base 100 ms and no lead).
+//
+// A timer the broker delivers later than its lead is handed over at once,
+// as late as the broker made it. One that arrives more than Lead + Base
+// early (a delay beyond the ladder's reach, a clock ahead of this one) is
+// sent again for the remainder.
 //
 // # Delivery
 //
 // Run consumes the ready queue with manual acknowledgements and a prefetch
-// of Config.BatchSize, gathers what arrives within 2 ms of a first timer
-// (up to BatchSize) into a batch, and hands it to the handler. A batch the handler accepts (nil) is acknowledged. A batch
+// of Config.Prefetch (2,000: the timers held for their due time count
+// against it), gathers what arrives within 2 ms of a first timer (up to
+// BatchSize) into a batch, and hands the due ones, earliest first, to the
+// handler. A batch the handler accepts (nil) is acknowledged. A batch
 // it refuses is handed back to the broker: each timer is published again
 // with its own Due, Attempt + 1 in the lapse-attempt header, and a delay of
 // Config.Backoff(attempt), and the delivery is acknowledged once the broker
@@ -229,10 +245,22 @@ type Config struct {
 	Levels int
 	// QueueType is QueueClassic (the default) or QueueQuorum.
 	QueueType string
-	// BatchSize is the most timers handed to the handler at once, and the
-	// consumer's prefetch: the most timers an instance holds unacknowledged.
-	// Defaults to 200; at most 10,000.
+	// BatchSize is the most timers handed to the handler at once. Defaults
+	// to 200; at most 10,000.
 	BatchSize int
+	// Lead is how long before its due time a timer leaves the ladder: Run
+	// then holds it, unacknowledged, and hands it over at its due time. Under
+	// load the broker expires and dead-letters timers late — at 1,000 timers
+	// a second on a 2-core machine the whole service's p99 was 315 ms with no
+	// lead, 17 ms with 300 ms (see "Precision") — so a lead above the
+	// broker's lag makes this process's clock, not the broker's, set the
+	// lateness. Defaults to 400 ms; negative means none (leave at the due
+	// time). At most 1 minute.
+	Lead time.Duration
+	// Prefetch is the most timers an instance holds unacknowledged: the
+	// batch in hand and the timers held for their due time (about the
+	// rate × Lead). Defaults to 2,000; at least BatchSize, at most 65,535.
+	Prefetch int
 	// LossCheck is how often Run looks for lost timers (see "Durability and
 	// data loss"). Defaults to 5 s; at least 10 ms.
 	LossCheck time.Duration
@@ -250,6 +278,10 @@ const (
 	DefaultBase      = 100 * time.Millisecond
 	DefaultLevels    = 23
 	DefaultBatchSize = 200
+	DefaultLead      = 400 * time.Millisecond
+	DefaultPrefetch  = 2000
+	maxLead          = time.Minute
+	maxPrefetch      = 65535
 	DefaultLossCheck = 5 * time.Second
 
 	maxBatchSize = 10_000
@@ -282,6 +314,12 @@ func (c *Config) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	if c.Lead == 0 {
+		c.Lead = DefaultLead
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = max(DefaultPrefetch, c.BatchSize)
+	}
 	if c.LossCheck == 0 {
 		c.LossCheck = DefaultLossCheck
 	}
@@ -312,6 +350,12 @@ func (c *Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > maxBatchSize {
 		return fmt.Errorf("amqp timers: Config.BatchSize %d: want 1 to %d", c.BatchSize, maxBatchSize)
+	}
+	if c.Lead > maxLead {
+		return fmt.Errorf("amqp timers: Config.Lead %v: at most %v", c.Lead, maxLead)
+	}
+	if c.Prefetch < c.BatchSize || c.Prefetch > maxPrefetch {
+		return fmt.Errorf("amqp timers: Config.Prefetch %d: want BatchSize (%d) to %d", c.Prefetch, c.BatchSize, maxPrefetch)
 	}
 	if c.LossCheck < 10*time.Millisecond {
 		return fmt.Errorf("amqp timers: Config.LossCheck %v: want at least 10ms", c.LossCheck)
@@ -370,7 +414,7 @@ type Scheduler struct {
 	nextLane atomic.Uint64
 
 	stats struct {
-		scheduled, unscheduled, clamped, republished, retried, losses, seeds atomic.Uint64
+		scheduled, unscheduled, clamped, republished, retried, held, losses, seeds atomic.Uint64
 	}
 
 	run sync.Mutex // one Run at a time
@@ -481,12 +525,15 @@ type Stats struct {
 	Unscheduled uint64
 	// Clamped counts timers due beyond MaxDelay, sent for MaxDelay.
 	Clamped uint64
-	// Republished counts timers that reached the ready queue more than Base
-	// before their due time (clamped ones, or a clock ahead of this
+	// Republished counts timers that reached the ready queue more than
+	// Lead + Base before their due time (clamped ones, or a clock ahead of this
 	// instance's) and were sent again for the remainder.
 	Republished uint64
 	// Retried counts timers of refused batches sent again with a backoff.
 	Retried uint64
+	// Held counts timers that reached the ready queue before their due time
+	// (by up to Lead + Base) and were held until it.
+	Held uint64
 	// Losses counts the data losses Run detected; Seeds the seeds it ran
 	// to completion.
 	Losses, Seeds uint64
@@ -500,6 +547,7 @@ func (s *Scheduler) Stats() Stats {
 		Clamped:     s.stats.clamped.Load(),
 		Republished: s.stats.republished.Load(),
 		Retried:     s.stats.retried.Load(),
+		Held:        s.stats.held.Load(),
 		Losses:      s.stats.losses.Load(),
 		Seeds:       s.stats.seeds.Load(),
 	}
@@ -515,6 +563,7 @@ func (s *Scheduler) Counters() []timer.Counter {
 		{Name: "lapse_amqp_timers_clamped_total", Help: "Timers due beyond the ladder's longest delay, sent for that delay and again for the rest.", Value: st.Clamped},
 		{Name: "lapse_amqp_timers_republished_total", Help: "Timers that reached the ready queue more than a base before their due time and were sent again for the remainder.", Value: st.Republished},
 		{Name: "lapse_amqp_timers_retried_total", Help: "Timers of batches the handler refused, sent again with a backoff.", Value: st.Retried},
+		{Name: "lapse_amqp_timers_held_total", Help: "Timers that left the ladder before their due time (its lead) and were held by the process until it.", Value: st.Held},
 		{Name: "lapse_amqp_timer_losses_total", Help: "Data losses detected: queues or exchanges deleted, queues purged, the seed marker missing.", Value: st.Losses},
 		{Name: "lapse_amqp_timer_seeds_total", Help: "Seeds from the store run to completion after a data loss.", Value: st.Seeds},
 	}
@@ -670,7 +719,7 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 		msgs := make([]rabbit.Message, len(todo))
 		units := make([]uint64, len(todo))
 		for j, i := range todo {
-			at := ts[i].Due
+			at := ts[i].Due.Add(-max(s.cfg.Lead, 0)) // Run holds it for the rest
 			if delay != nil {
 				at = now.Add(delay(ts[i]))
 			}

@@ -110,15 +110,19 @@ func equal(a, b []int) bool {
 }
 
 func TestParseURL(t *testing.T) {
-	broker, cfg, err := ParseURL("amqp://lapse:s3cret@rabbit:5672/shop?prefix=shop.timers&base=50ms&levels=24&queue_type=quorum&batch=100&heartbeat=5")
+	if _, cfg, err := ParseURL("amqp://rabbit/?lead=0"); err != nil || cfg.Lead >= 0 {
+		t.Errorf("lead=0: Lead %v, %v; want negative (none), not the default", cfg.Lead, err)
+	}
+	broker, cfg, err := ParseURL("amqp://lapse:s3cret@rabbit:5672/shop?prefix=shop.timers&base=50ms&levels=24&queue_type=quorum&batch=100&lead=250ms&prefetch=900&heartbeat=5")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if broker != "amqp://lapse:s3cret@rabbit:5672/shop?heartbeat=5" {
 		t.Errorf("broker URL %q", broker)
 	}
-	want := Config{Prefix: "shop.timers", Base: 50 * time.Millisecond, Levels: 24, QueueType: QueueQuorum, BatchSize: 100}
-	if cfg.Prefix != want.Prefix || cfg.Base != want.Base || cfg.Levels != want.Levels || cfg.QueueType != want.QueueType || cfg.BatchSize != want.BatchSize {
+	want := Config{Prefix: "shop.timers", Base: 50 * time.Millisecond, Levels: 24, QueueType: QueueQuorum, BatchSize: 100, Lead: 250 * time.Millisecond, Prefetch: 900}
+	if cfg.Prefix != want.Prefix || cfg.Base != want.Base || cfg.Levels != want.Levels || cfg.QueueType != want.QueueType ||
+		cfg.BatchSize != want.BatchSize || cfg.Lead != want.Lead || cfg.Prefetch != want.Prefetch {
 		t.Errorf("config %+v, want %+v", cfg, want)
 	}
 	for _, bad := range []string{
@@ -127,6 +131,8 @@ func TestParseURL(t *testing.T) {
 		"amqp://lapse:s3cret@rabbit/?base=fast",
 		"amqp://lapse:s3cret@rabbit/?levels=x",
 		"amqp://lapse:s3cret@rabbit/?batch=0",
+		"amqp://lapse:s3cret@rabbit/?lead=soon",
+		"amqp://lapse:s3cret@rabbit/?prefetch=-1",
 		"amqp://lapse:s3cret@rabbit/?prefix=amq.x",
 		"amqp://lapse:s3cret@rabbit/?prefix=a&prefix=b",
 		"http://lapse:s3cret@rabbit/",
@@ -156,6 +162,11 @@ func TestConfigValidate(t *testing.T) {
 		{Config{QueueType: "stream"}, "classic or quorum"},
 		{Config{BatchSize: 20_000}, "1 to 10000"},
 		{Config{Prefix: "a b"}, "A-Z"},
+		{Config{Lead: 2 * time.Minute}, "at most 1m0s"},
+		{Config{Lead: -1}, ""},
+		{Config{BatchSize: 500, Prefetch: 100}, "want BatchSize (500) to 65535"},
+		{Config{Prefetch: 70_000}, "to 65535"},
+		{Config{BatchSize: 5000}, ""}, // the default prefetch grows with it
 	} {
 		c.cfg.setDefaults()
 		err := c.cfg.validate()

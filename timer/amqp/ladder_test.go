@@ -297,3 +297,49 @@ func TestUnscheduleIsCounted(t *testing.T) {
 		t.Errorf("Stats.Unscheduled %d, want 1", got)
 	}
 }
+
+// With a lead, timers leave the ladder before their due time and Run holds
+// them until it: each is delivered once, never before its due time, and
+// the held ones are counted. (Run cannot hold a timer the broker delivered
+// later than its lead, so the count is only checked to be above 0: the lead
+// is applied.)
+func TestLeadHoldsTimersUntilDue(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t, amqptimer.DefaultLevels)
+	s := mustOpen(t, amqptimer.Config{Prefix: prefix, Base: 10 * time.Millisecond, Lead: 300 * time.Millisecond, BatchSize: 7, Prefetch: 40})
+	rec := newRecorder(nil)
+	run(t, s, rec.handler(1))
+	ctx := context.Background()
+	const n = 60
+	want := map[string]time.Time{}
+	var keys []string
+	var last time.Time
+	for i := range n {
+		key := fmt.Sprintf("lead-%02d", i)
+		due := time.Now().Add(500*time.Millisecond + rand.N(time.Second))
+		if err := s.Schedule(ctx, key, due); err != nil {
+			t.Fatal(err)
+		}
+		want[key], keys, last = due, append(keys, key), later(last, due)
+	}
+	rec.waitDelivered(t, time.Until(last)+5*time.Second, keys...)
+	time.Sleep(quiet)
+	for _, key := range keys {
+		ds := rec.deliveries(key)
+		if len(ds) != 1 {
+			t.Errorf("%s: delivered %d times, want once", key, len(ds))
+			continue
+		}
+		if ds[0].At.Before(want[key]) {
+			t.Errorf("%s: delivered %v before its due time", key, want[key].Sub(ds[0].At))
+		}
+	}
+	st := s.Stats()
+	if st.Held == 0 || st.Held > n {
+		t.Errorf("Stats.Held %d: want 1 to %d (the timers left the ladder %v early)", st.Held, n, 300*time.Millisecond)
+	}
+	if st.Republished != 0 {
+		t.Errorf("Stats.Republished %d: a timer inside its lead was sent again", st.Republished)
+	}
+	t.Logf("held %d of %d", st.Held, n)
+}

@@ -41,11 +41,11 @@ func (s *Scheduler) Run(ctx context.Context, h timer.Handler) error {
 	// acknowledgement after that would be lost.
 	subCtx, unsubscribe := context.WithCancel(context.WithoutCancel(ctx))
 	defer unsubscribe()
-	in := make(chan amqp091.Delivery, s.cfg.BatchSize)
+	in := make(chan amqp091.Delivery, s.cfg.Prefetch)
 	consumed := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		consumed <- s.conn.Consume(subCtx, s.names.ready(), s.cfg.BatchSize, func(ctx context.Context, d amqp091.Delivery) {
+		consumed <- s.conn.Consume(subCtx, s.names.ready(), s.cfg.Prefetch, func(ctx context.Context, d amqp091.Delivery) {
 			select {
 			case in <- d:
 			case <-ctx.Done(): // left unsettled: back to the queue with the channel
@@ -71,7 +71,8 @@ type arrival struct {
 // deliver gathers arrivals into batches and hands each to h until ctx ends
 // (its error) or the subscription ends for good (the Conn was closed).
 func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, consumed <-chan error, h timer.Handler) error {
-	var held earliest // arrived a little early: handed over when due
+	var held earliest // arrived early by up to Lead + Base: handed over when due
+	holdUpTo := max(s.cfg.Lead, 0) + s.cfg.Base
 	wakeup := time.NewTimer(time.Hour)
 	defer wakeup.Stop()
 	for {
@@ -100,7 +101,7 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 		// prefetch can be in hand.
 		if len(got) > 0 {
 			gathered := time.NewTimer(gather)
-			for more := true; more && len(got)+len(held) < s.cfg.BatchSize; {
+			for more := true; more && len(got) < s.cfg.BatchSize; {
 				select {
 				case d := <-in:
 					got = append(got, d)
@@ -127,14 +128,17 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 			a := arrival{d: d, t: t}
 			switch ahead := t.Due.Sub(now); {
 			case ahead <= 0:
-				batch = append(batch, a)
-			case ahead <= s.cfg.Base:
+				heap.Push(&held, a)
+			case ahead <= holdUpTo:
+				s.stats.held.Add(1)
 				heap.Push(&held, a)
 			default:
 				early = append(early, a)
 			}
 		}
-		for len(held) > 0 && !held[0].t.Due.After(now) {
+		// The earliest due first, a batch at most: the rest go next round
+		// (wakeup fires at once for a due time past).
+		for len(held) > 0 && len(batch) < s.cfg.BatchSize && !held[0].t.Due.After(now) {
 			batch = append(batch, heap.Pop(&held).(arrival))
 		}
 		if len(early) > 0 {
@@ -213,7 +217,7 @@ func (s *Scheduler) retry(ctx context.Context, batch []arrival, cause error) {
 	}
 }
 
-// sendAgain sends timers that arrived more than Base before their due time
+// sendAgain sends timers that arrived more than Lead + Base before their due time
 // (beyond the ladder's reach, or sent by a clock ahead of this one) again for
 // the remainder, and acknowledges each once its copy is confirmed; those
 // that could not be sent are requeued, to be looked at again.

@@ -15,16 +15,17 @@ import (
 // urlParams are the query parameters of a --timers URL that configure the
 // scheduler; the connection's own (heartbeat, TLS files, …) are
 // rabbit.URLParams.
-var urlParams = []string{"prefix", "base", "levels", "queue_type", "batch"}
+var urlParams = []string{"prefix", "base", "levels", "queue_type", "batch", "lead", "prefetch"}
 
 // ParseURL reads a --timers URL:
 //
-//	amqp[s]://user:password@host:5672/vhost?prefix=lapse.timers&base=100ms&levels=23&queue_type=classic&batch=200
+//	amqp[s]://user:password@host:5672/vhost?prefix=lapse.timers&base=100ms&levels=23&queue_type=classic&batch=200&lead=400ms&prefetch=2000
 //
 // It returns the broker's URL without the scheduler's parameters, and a
 // Config holding what they set: prefix (Config.Prefix), base (Config.Base,
-// a Go duration), levels (Config.Levels), queue_type (classic or quorum)
-// and batch (Config.BatchSize). The connection's parameters (heartbeat,
+// a Go duration), levels (Config.Levels), queue_type (classic or quorum),
+// batch (Config.BatchSize), lead (Config.Lead, a Go duration; 0 for none)
+// and prefetch (Config.Prefetch). The connection's parameters (heartbeat,
 // connection_timeout, channel_max, auth_mechanism, and for amqps cacertfile,
 // certfile, keyfile, server_name_indication) stay in the broker's URL; any
 // other parameter is refused, so that a misspelt one is not silently
@@ -81,6 +82,21 @@ func ParseURL(rawURL string) (broker string, cfg Config, err error) {
 				return "", cfg, fmt.Errorf("amqp timers: URL queue_type %q: want %s or %s", v, QueueClassic, QueueQuorum)
 			}
 			cfg.QueueType = v
+		case "lead":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return "", cfg, fmt.Errorf("amqp timers: URL lead %q: want a duration such as 400ms (negative: none)", v)
+			}
+			if d == 0 {
+				d = -1 // 0 in a URL means none, not the default
+			}
+			cfg.Lead = d
+		case "prefetch":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return "", cfg, fmt.Errorf("amqp timers: URL prefetch %q: want a number from the batch size to %d", v, maxPrefetch)
+			}
+			cfg.Prefetch = n
 		case "batch":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -109,6 +125,12 @@ func (u Config) over(base Config) Config {
 	}
 	if u.BatchSize != 0 {
 		base.BatchSize = u.BatchSize
+	}
+	if u.Lead != 0 {
+		base.Lead = u.Lead
+	}
+	if u.Prefetch != 0 {
+		base.Prefetch = u.Prefetch
 	}
 	return base
 }
