@@ -136,6 +136,23 @@ type Harness struct {
 	// SignedResponses: the adapter verifies the gateway's signature on
 	// every answer, so FaultBadSignature is tried.
 	SignedResponses bool
+	// AttemptsOnly: the gateway knows payments, not orders (Stripe's
+	// PaymentIntents), so the adapter is a payment.AttemptGateway whose
+	// Query and Close of an order as a whole are errors. The suite checks
+	// that they are — never NOT_PAID, never a nil Close — and runs the rest
+	// on attempts only.
+	AttemptsOnly bool
+	// UnknownIsError: the adapter answers an error, not NOT_PAID, about a
+	// trade the gateway never saw, and Close of one is an error too, never
+	// nil nor ErrAlreadyPaid. For a gateway whose trade ids come from the
+	// buyer's client (a PaymentIntent id), where "no such trade" means a
+	// wrong key or account as often as a trade never opened: cancelling on
+	// it could cancel an order paid under the right one.
+	UnknownIsError bool
+	// PaymentID is the payment attempt the suite asks about in QueryAttempt
+	// and CloseAttempt; it must be an id the adapter accepts. Defaults to
+	// "pay-1".
+	PaymentID string
 }
 
 // Run runs the conformance suite. Every subtest gets its own adapter and
@@ -150,11 +167,25 @@ func Run(t *testing.T, h Harness) {
 	if h.Timeout <= 0 {
 		h.Timeout = 250 * time.Millisecond
 	}
+	if h.PaymentID == "" {
+		h.PaymentID = "pay-1"
+	}
 	probe, _ := h.New(t)
 	_, attempts := probe.(payment.AttemptGateway)
-	kinds := []kind{wholeOrder}
+	if h.AttemptsOnly && !attempts {
+		t.Fatalf("gatewaytest: Harness.AttemptsOnly, but %T is not a payment.AttemptGateway", probe)
+	}
+	var kinds []kind
+	if h.AttemptsOnly {
+		t.Run("order/query and close of an order as a whole are errors", func(t *testing.T) {
+			t.Parallel()
+			h.wholeOrderRefused(t)
+		})
+	} else {
+		kinds = append(kinds, wholeOrder)
+	}
 	if attempts {
-		kinds = append(kinds, perAttempt)
+		kinds = append(kinds, kind{name: "attempt", payment: h.PaymentID})
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -170,10 +201,7 @@ type kind struct {
 	payment string // the payment id named ("" for the order as a whole)
 }
 
-var (
-	wholeOrder = kind{name: "order", payment: ""}
-	perAttempt = kind{name: "attempt", payment: "pay-1"}
-)
+var wholeOrder = kind{name: "order", payment: ""}
 
 const theOrder = "order-1"
 
@@ -243,7 +271,12 @@ func (h Harness) run(t *testing.T, k kind) {
 		{TradeNotPaid, payment.StateNotPaid},
 		{TradePending, payment.StatePending},
 		{TradeClosed, payment.StateClosed},
-		{TradeUnknown, payment.StateNotPaid},
+	}
+	if !h.UnknownIsError {
+		states = append(states, struct {
+			trade Trade
+			want  payment.State
+		}{TradeUnknown, payment.StateNotPaid})
 	}
 	for _, c := range states {
 		if c.trade == TradePending && h.NoPending {
@@ -254,6 +287,19 @@ func (h Harness) run(t *testing.T, k kind) {
 			gw, fake := h.New(t)
 			fake.Set(theOrder, k.payment, c.trade, 0)
 			wantState(t, gw, c.want)
+		})
+	}
+	if h.UnknownIsError {
+		t.Run("an unknown trade is an error", func(t *testing.T) {
+			t.Parallel()
+			gw, fake := h.New(t)
+			fake.Set(theOrder, k.payment, TradeUnknown, 0)
+			if st, err := query(t, gw); err == nil {
+				t.Fatalf("query of a trade the gateway never saw: %+v, want an error", st)
+			}
+			if err := closeTrade(t, gw); err == nil || errors.Is(err, payment.ErrAlreadyPaid) {
+				t.Fatalf("close of a trade the gateway never saw: %v, want an error other than ErrAlreadyPaid", err)
+			}
 		})
 	}
 	t.Run("an unmapped state is an error", func(t *testing.T) {
@@ -286,7 +332,11 @@ func (h Harness) run(t *testing.T, k kind) {
 		}
 		wantState(t, gw, payment.StatePaid)
 	})
-	for _, tr := range []Trade{TradeClosed, TradeUnknown} {
+	nilCloses := []Trade{TradeClosed}
+	if !h.UnknownIsError {
+		nilCloses = append(nilCloses, TradeUnknown)
+	}
+	for _, tr := range nilCloses {
 		t.Run(fmt.Sprintf("close of a %s trade is nil", tr), func(t *testing.T) {
 			t.Parallel()
 			gw, fake := h.New(t)
@@ -346,4 +396,22 @@ func (h Harness) run(t *testing.T, k kind) {
 			t.Fatalf("query after the fault: %+v, %v", st, err)
 		}
 	})
+}
+
+// wholeOrderRefused checks an AttemptsOnly adapter: whatever the gateway
+// holds for the order, Query and Close of the order as a whole are errors.
+func (h Harness) wholeOrderRefused(t *testing.T) {
+	for _, tr := range []Trade{TradeNotPaid, TradePaid, TradeClosed, TradeUnknown} {
+		gw, fake := h.New(t)
+		fake.Set(theOrder, "", tr, 100)
+		fake.Set(theOrder, h.PaymentID, tr, 100)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*h.Timeout+5*time.Second)
+		if st, err := gw.Query(ctx, theOrder); err == nil {
+			t.Errorf("%s trade: Query of the order: %+v, want an error", tr, st)
+		}
+		if err := gw.Close(ctx, theOrder); err == nil || errors.Is(err, payment.ErrAlreadyPaid) {
+			t.Errorf("%s trade: Close of the order: %v, want an error other than ErrAlreadyPaid", tr, err)
+		}
+		cancel()
+	}
 }

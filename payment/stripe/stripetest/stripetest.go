@@ -42,6 +42,7 @@ type Server struct {
 	calls    []string
 	fail     map[string]int // "METHOD path" → status to answer, once per entry in failures
 	hang     map[string]bool
+	outage   Outage
 	// BeforeCancel, when set, runs before a cancel or expire is applied
 	// (under no lock): a payment landing between lapse's retrieve and its
 	// cancel.
@@ -109,6 +110,37 @@ func (s *Server) SessionStatus(id string) string {
 	return s.sessions[id].status
 }
 
+// Forget deletes a PaymentIntent: Stripe then answers 404 resource_missing
+// about it.
+func (s *Server) Forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pis, id)
+}
+
+// Outage is how every request fails while it is set (SetOutage).
+type Outage int
+
+// Outages.
+const (
+	// OutageNone: requests are answered as Stripe does.
+	OutageNone Outage = iota
+	// OutageServerError: 500 with a Stripe api_error.
+	OutageServerError
+	// OutageHang: no answer until the client gives up.
+	OutageHang
+	// OutageGarbage: 200 with an HTML page, as a proxy in the way might.
+	OutageGarbage
+)
+
+// SetOutage makes every request fail the way o says, from now on;
+// OutageNone ends it.
+func (s *Server) SetOutage(o Outage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outage = o
+}
+
 // Fail makes every request "METHOD path" (path without the query) answer
 // status with a Stripe api_error.
 func (s *Server) Fail(methodPath string, status int) {
@@ -147,10 +179,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	call := r.Method + " " + r.URL.Path
 	s.mu.Lock()
 	s.calls = append(s.calls, call)
-	failWith, hang := s.fail[call], s.hang[call]
+	failWith, hang, outage := s.fail[call], s.hang[call], s.outage
 	s.mu.Unlock()
-	if hang {
+	switch {
+	case hang || outage == OutageHang:
 		<-r.Context().Done()
+		return
+	case outage == OutageServerError:
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "An unknown error occurred")
+		return
+	case outage == OutageGarbage:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("<html><body>502 Bad Gateway</body></html>"))
 		return
 	}
 	if got := r.Header.Get("Authorization"); got != "Bearer "+s.Key {
