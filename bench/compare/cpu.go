@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -228,6 +229,33 @@ func (a *redisAdmin) deleteKeys(ctx context.Context, pattern string) error {
 		}
 	}
 	return fmt.Errorf("redis: scan %s did not finish", pattern)
+}
+
+// keysMemory sums MEMORY USAGE (every element counted) of the keys matching
+// pattern: what they take in Redis, whatever else the server holds.
+func (a *redisAdmin) keysMemory(ctx context.Context, pattern string) (int64, error) {
+	var cursor uint64
+	var sum int64
+	for range 1_000_000 {
+		keys, next, err := a.rdb.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			return 0, fmt.Errorf("redis: scan %s: %w", pattern, err)
+		}
+		for _, k := range keys {
+			n, err := a.rdb.MemoryUsage(ctx, k, 0).Result()
+			if errors.Is(err, goredis.Nil) {
+				continue // gone since the SCAN (a lock released)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("redis: memory usage of %s: %w", k, err)
+			}
+			sum += n
+		}
+		if cursor = next; cursor == 0 {
+			return sum, nil
+		}
+	}
+	return 0, fmt.Errorf("redis: scan %s did not finish", pattern)
 }
 
 func (a *redisAdmin) close() { a.rdb.Close() }

@@ -11,9 +11,14 @@
 //
 //	cd bench/compare && go run . --timers 20000 --over 10s
 //	cd bench/compare && go run . million --timers 1000000 --queue-type classic
+//	cd bench/compare && go run . scale --pending 1000000 --history 10000000
 //
 // The second form leaves a million timers pending on RabbitMQ and reports
-// the broker's memory per timer and the publish rate (see million).
+// the broker's memory per timer and the publish rate (see million). The
+// third seeds the memory and Redis timers from a million pending orders in
+// PostgreSQL, rebuilds the Redis ones after a data loss, and times lapse's
+// creates on an empty orders table and on one holding ten million orders
+// (see scale).
 //
 // Every system runs in this process with a handler that only notes the time
 // of each delivery, except lapse's sql timers, which have no handler: the
@@ -157,9 +162,12 @@ func main() {
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "million" {
+	if len(args) > 0 && (args[0] == "million" || args[0] == "scale") {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		if args[0] == "scale" {
+			return scale(ctx, args[1:], stdout, stderr)
+		}
 		return million(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
