@@ -47,9 +47,13 @@ redis_host=${BASH_REMATCH[1]} redis_port=${BASH_REMATCH[2]} redis_db=${BASH_REMA
 # Sizes: the issue's workload, and a burst of the same count all due at once.
 timers=20000 over=10s lead=10s burst_lead=20s ceiling_s=10 bench_scale=1 creates_n=20000
 ref_duration=30s ref_timeout=15s
+# Scale (section 7): pending timers seeded from PostgreSQL, settled orders in
+# the table before creates are timed again, orders due in one second.
+scale_pending=1000000 scale_history=10000000 scale_due=100000 scale_lead=90s
 if [ "$quick" = 1 ]; then
 	timers=2000 over=2s lead=6s burst_lead=6s ceiling_s=2 bench_scale=10 creates_n=2000
 	ref_duration=4s ref_timeout=2s
+	scale_pending=20000 scale_history=100000 scale_due=5000 scale_lead=10s
 fi
 
 tmp=$(mktemp -d)
@@ -170,6 +174,15 @@ if has rate && has duration; then
 	if [ -n "$nats_timers" ]; then
 		pgschema; bench --store "$store" --timers "$nats_timers" --rate "$rate" --duration 10s --timeout 2s
 	fi
+	# Round trips: 5 ms added to each (a proxy in the process), so the
+	# lateness counts the round trips from due to commit.
+	if has chaos-latency; then
+		pgschema; bench --store "$store" --timers "$redis" --chaos-latency 5ms --rate "$((200 / bench_scale))" --duration 10s --timeout 2s
+		pgschema; bench --store "$store" --timers sql --chaos-latency 5ms --rate "$((200 / bench_scale))" --duration 10s --timeout 2s
+	fi
+	# The embedded default with payments: 30% of the orders paid (pay, then
+	# a signed callback) on SQLite's single writer.
+	bench --orders "$((20000 / bench_scale))" --rate "$((2000 / bench_scale))" --timeout 3s --grace 0s --pay-ratio 0.3
 fi
 
 # --- 5. Events out ----------------------------------------------------------------
@@ -208,6 +221,26 @@ if command -v rabbitmqctl >/dev/null && rabbitmqctl list_vhosts -q >/dev/null 2>
 else
 	echo "benchmarks.sh: rabbitmqctl cannot reach the broker: section 6 (a million pending timers) is skipped" >&2
 fi
+# --- 7. Scale ---------------------------------------------------------------------------
+scale_cmd="cd bench/compare && go run . scale --pending $scale_pending --history $scale_history --redis $redis --postgres '$pg'"
+step "$scale_cmd"
+if ! (cd bench/compare && go run . scale --pending "$scale_pending" --history "$scale_history" --redis "$redis" --postgres "$pg" --json) >"$tmp/scale.json" 2>"$tmp/scale.err"; then
+	echo "{\"error\": $(tail -3 "$tmp/scale.err" | jq -Rs .)}" >"$tmp/scale.json"
+fi
+due_benches=()
+due_bench() { # due_bench <flags…>: scale_due orders due in one second
+	local i=${#due_benches[@]}
+	due_benches+=("lapse bench $*")
+	echo "benchmarks.sh:   lapse bench $*" >&2
+	if ! "$tmp/lapse" bench "$@" --json >"$tmp/due$i.json" 2>"$tmp/due$i.err"; then
+		echo "{\"error\": $(tail -3 "$tmp/due$i.err" | jq -Rs .)}" >"$tmp/due$i.json"
+	fi
+}
+step "orders due in one second"
+due_bench --orders "$scale_due" --spread 1s --lead "$scale_lead"
+pgschema; due_bench --store "$store" --timers memory --orders "$scale_due" --spread 1s --lead "$scale_lead"
+pgschema; due_bench --store "$store" --timers "$redis" --orders "$scale_due" --spread 1s --lead "$scale_lead"
+pgschema; due_bench --store "$store" --timers sql --orders "$scale_due" --spread 1s --lead "$scale_lead"
 load_end=$(uptime | sed 's/.*load average: //')
 
 # --- BENCHMARKS.md ----------------------------------------------------------------
@@ -422,6 +455,47 @@ EOF
 		done
 		echo
 	fi
+	cat <<EOF
+## 7. Scale
+
+\`$scale_cmd\`
+
+A schema of the run's own: $(commas "$scale_pending") PENDING orders written by SQL (due a day
+ahead, one item each), from which lapse's memory timers and then its Redis timers are seeded
+as \`lapse serve\` seeds them at start; then the run's Redis keys are deleted (a data loss) and
+the rebuild from the store timed from the deletion. Then $(commas "$scale_history") settled orders (half
+paid, half cancelled, with their items and ledger rows, ids random as UUIDs) join them, and
+lapse's creates (group commit, 16 goroutines, one item each) are timed on that table and on an
+empty one, in turn, three runs each.
+
+EOF
+	jq -r 'if .error then "failed: \(.error)" else
+		"| measure | figure |",
+		"| --- | ---: |",
+		"| memory timers: seed of \(.pending_timers) pending orders from PostgreSQL | \(.memory_seed_s * 10 | round / 10) s |",
+		"| memory timers: Go heap per pending timer | \(.memory_heap_bytes_per_timer | round) bytes |",
+		"| redis timers: seed of \(.pending_timers) pending orders | \(.redis_seed_s * 10 | round / 10) s |",
+		"| redis timers: Redis memory per pending timer (MEMORY USAGE of the run'"'"'s keys) | \(.redis_bytes_per_timer | round) bytes |",
+		"| redis timers: rebuild after the keys were deleted: the seed / from the deletion | \(.redis_rebuild_s * 10 | round / 10) s / \(.redis_recover_s * 10 | round / 10) s |",
+		"| lapse creates/s, empty orders table (runs: \(.creates_per_s_empty_runs)) | \(.creates_per_s_empty | round) |",
+		"| lapse creates/s, \(.history_orders + .pending_timers) orders in the table, \(.orders_table_bytes / 1e9 * 10 | round / 10) GB with its indexes (runs: \(.creates_per_s_full_runs)) | \(.creates_per_s_full | round) (\(100 * (.creates_per_s_full / .creates_per_s_empty - 1) | round)%) |",
+		"",
+		"Load average \(.load_average_start) at the start of this section, \(.load_average_end) at its end."
+		end' "$tmp/scale.json"
+	cat <<EOF
+
+$(commas "$scale_due") orders due within one second, created ahead (\`--lead $scale_lead\`):
+
+| command | orders | lateness p50 / p99 / max (ms) | drain: last cancel after the last deadline (s) | early | audit |
+| --- | ---: | --- | ---: | ---: | --- |
+EOF
+	for i in "${!due_benches[@]}"; do
+		jq -r --arg cmd "${due_benches[$i]}" '
+			if .error then "| `\($cmd)` | — | failed: \(.error | gsub("\n"; " ")) | — | — | — |"
+			else "| `\($cmd)` | \(.orders) | \(.lateness_ms.p50) / \(.lateness_ms.p99) / \(.lateness_ms.max) | \(.drain_seconds // "—") | \(.early) | \(.audit.status) |"
+			end' "$tmp/due$i.json" | sed "s#$pg#postgres://…#g"
+	done
+	echo
 	cat <<'EOF'
 ## What the numbers mean
 

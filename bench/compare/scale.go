@@ -361,17 +361,20 @@ func createMany(ctx context.Context, svc *lapse.Service, n, conc int, tag string
 }
 
 // execIn runs one statement with search_path set to schema, on a
-// connection of its own, with synchronous_commit off (a bulk load).
+// connection of its own, as a bulk load: synchronous_commit off, and no
+// foreign-key triggers (session_replication_role replica, which needs a
+// superuser; the rows written are consistent by construction).
 func execIn(ctx context.Context, pg *pgAdmin, schema, sql string, n int, prefix string) error {
 	conn, err := pg.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET search_path TO "+quoteIdent(schema)+"; SET synchronous_commit TO off"); err != nil {
+	// replica: no foreign-key triggers on a bulk load (superuser only).
+	if _, err := conn.Exec(ctx, "SET search_path TO "+quoteIdent(schema)+"; SET synchronous_commit TO off; SET session_replication_role TO replica"); err != nil {
 		return err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "RESET search_path; RESET synchronous_commit") //nolint:errcheck // best effort
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET search_path; RESET synchronous_commit; RESET session_replication_role") //nolint:errcheck // best effort
 	if prefix == "" {
 		_, err = conn.Exec(ctx, sql)
 	} else {

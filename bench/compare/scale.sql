@@ -1,4 +1,9 @@
 -- name: pending
+-- Both are bulk loads: rows are inserted in id order (random ids inserted
+-- in any order split index pages all over), and the caller skips the
+-- foreign-key triggers (session_replication_role replica): the rows are
+-- consistent by construction.
+--
 -- $1 how many PENDING orders, $2 an id prefix. Each due a day from now plus
 -- its number in milliseconds, one item. Written as lapse's create writes the
 -- orders and order_items rows a seed reads (the seed reads orders only).
@@ -8,8 +13,9 @@ WITH o AS (
          now() + interval '1 day' + g * interval '1 millisecond',
          now() + interval '1 day' + g * interval '1 millisecond'
   FROM generate_series(1, $1::bigint) g
+  ORDER BY 1
   RETURNING id)
-INSERT INTO order_items (order_id, sku, qty) SELECT id, 'sku-0001', 1 FROM o;
+INSERT INTO order_items (order_id, sku, qty) SELECT id, 'sku-0001', 1 FROM o ORDER BY 1;
 
 -- name: history
 -- $1 how many settled orders, $2 an id prefix: a shop's past, half PAID and
@@ -30,10 +36,12 @@ WITH o AS (
          CASE WHEN g % 2 = 0 THEN 'pay-' || g END,
          2
   FROM generate_series(1, $1::bigint) g
+  ORDER BY 1
   RETURNING id, status, created_at),
 i AS (
   INSERT INTO order_items (order_id, sku, qty)
-  SELECT id, 'sku-' || lpad((abs(hashtext(id)) % 1000)::text, 4, '0'), 1 FROM o)
+  SELECT id, 'sku-' || lpad((abs(hashtext(id)) % 1000)::text, 4, '0'), 1 FROM o ORDER BY 1)
 INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
 SELECT id, 'sku-' || lpad((abs(hashtext(id)) % 1000)::text, 4, '0'), a, 1, created_at
-FROM o, LATERAL (VALUES ('reserve'), (CASE WHEN status = 'PAID' THEN 'commit' ELSE 'release' END)) v(a);
+FROM o, LATERAL (VALUES ('reserve'), (CASE WHEN status = 'PAID' THEN 'commit' ELSE 'release' END)) v(a)
+ORDER BY 1, 3;
