@@ -159,6 +159,12 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("write %d pending orders: %w", *pending, err)
 	}
 	res.InsertPendingSec = time.Since(t0).Seconds()
+	// As autovacuum would before long: the seed's page query is planned on
+	// the table's statistics, and a table of a million rows that has none
+	// looks empty to the planner.
+	if err := execIn(ctx, pg, schema, "ANALYZE", 0, ""); err != nil {
+		return err
+	}
 	progress("%d pending orders written in %.1fs", *pending, res.InsertPendingSec)
 
 	heap0 := heapNow()
