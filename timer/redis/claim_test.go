@@ -39,7 +39,7 @@ func TestClaimKeepsLeaseAndMetaOutOfListpacks(t *testing.T) {
 	if err := s.ScheduleMany(ctx, ts); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.claim(ctx, 0, time.Now(), 10)
+	c, err := s.claim(ctx, 0, time.Now(), 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestClaimKeepsLeaseAndMetaOutOfListpacks(t *testing.T) {
 			t.Errorf("%s: encoding %q (%v), want %s", key, enc, err, want)
 		}
 	}
-	s.ack(ctx, c)
+	s.ackAll(ctx, []claimed{c})
 	// The pad's lease never expires: recovering moves nothing back to due.
 	if err := s.recover(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestClaimKeepsLeaseAndMetaOutOfListpacks(t *testing.T) {
 	if n, err := rdb.HLen(ctx, k.meta).Result(); err != nil || n != 1 {
 		t.Errorf("meta holds %d fields (%v), want only the pad", n, err)
 	}
-	again, err := s.claim(ctx, 0, time.Now().Add(time.Hour), 10)
+	again, err := s.claim(ctx, 0, time.Now().Add(time.Hour), 10, nil)
 	if err != nil || len(again.timers) != 0 {
 		t.Errorf("a claim an hour on took %v (%v), want nothing", again.timers, err)
 	}

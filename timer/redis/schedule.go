@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/lapsehq/lapse/timer"
 )
 
@@ -149,7 +147,6 @@ func (s *Scheduler) write(ctx context.Context, batch []*scheduleReq) {
 		args     []any // score, key, score, key, …
 		reqs     []*scheduleReq
 		earliest int64
-		cmd      *goredis.Cmd
 	}
 	var calls []*call
 	open := make([]*call, len(s.keys.shards))
@@ -168,27 +165,14 @@ func (s *Scheduler) write(ctx context.Context, batch []*scheduleReq) {
 			c.earliest = min(c.earliest, it.score)
 		}
 	}
-	keysOf := func(c *call) []string {
+	sc := make([]*scriptCall, len(calls))
+	for i, c := range calls {
 		k := s.keys.shards[c.shard]
-		return []string{k.due, k.lease, k.meta}
+		sc[i] = &scriptCall{script: scheduleScript, keys: []string{k.due, k.lease, k.meta}, args: c.args}
 	}
-	if len(calls) == 1 {
-		calls[0].cmd = scheduleScript.Run(ctx, s.rdb, keysOf(calls[0]), calls[0].args...)
-	} else {
-		_, _ = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, c := range calls {
-				c.cmd = scheduleScript.EvalSha(ctx, p, keysOf(c), c.args...)
-			}
-			return nil
-		})
-	}
-	for _, c := range calls {
-		err := c.cmd.Err()
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Not cached on that server yet: EVALSHA falls back to EVAL.
-			err = scheduleScript.Run(ctx, s.rdb, keysOf(c), c.args...).Err()
-		}
-		if err != nil {
+	s.evalAll(ctx, sc)
+	for i, c := range calls {
+		if err := sc[i].cmd.Err(); err != nil {
 			for _, r := range c.reqs {
 				if r.err == nil {
 					r.err = err
