@@ -35,7 +35,9 @@
 // The claim script (lua/claim.lua) moves up to BatchSize due timers of a shard
 // from due to lease in one step, so two consumers never both win a timer. It
 // counts the delivery in meta and tags it with a claim id. When the handler
-// returns nil the batch is acknowledged (lua/ack.lua); when it fails the batch
+// returns nil the batch is acknowledged (lua/ack.lua), in the round trip of
+// the worker's next claim (one pipeline: the acknowledgements go first), or
+// at once when the worker has nothing more to claim; when it fails the batch
 // goes back to due after Config.Backoff (lua/retry.lua), keeping its attempt
 // count and original due time. While a handler runs and Run's ctx is alive,
 // its lease is extended every Lease/3 (lua/extend.lua); a consumer that dies
