@@ -366,11 +366,12 @@ EOF
 	row "lapse-sql-tuned: orders claimed and cancelled" "$lst" "$PG_CANCEL_ORDERS" "pgbench batched cancel, 2 clients"
 	cat <<'EOF'
 
-lapse's Redis timers take one script call per schedule (ZADD, plus clearing a lease and its
-metadata; calls in flight are written in one pipeline) and one per batch of up to 200 due
-timers (ZRANGEBYSCORE, ZREM, ZADD to the lease set, metadata), then one to acknowledge the
-batch; redis-benchmark's ZADD and ZREM are single commands, pipelined 16 deep from 50
-connections. lapse's sql timers do the whole order: its creation (SKU row, item, ledger row
+lapse's Redis timers are scheduled a create group (64 timers) per ScheduleMany; the timers of
+the calls in flight go in one script call per shard (ZADD, plus clearing leases and metadata
+when the shard has timers in flight), all in one pipeline. They are claimed by one script call
+per batch of up to 200 due timers (ZRANGEBYSCORE, ZREM, ZADD to the lease set, metadata) and
+acknowledged by another, sent in the round trip of the worker's next claim; redis-benchmark's
+ZADD and ZREM are single commands, pipelined 16 deep from 50 connections. lapse's sql timers do the whole order: its creation (SKU row, item, ledger row
 and event; concurrent creates share one transaction, group commit) and one transaction per
 batch of up to 200 cancels, with the JSON of each order written to the outbox; the default
 runs one claimer, pgbench two clients. The ceilings are reference figures, not hard limits:

@@ -119,18 +119,20 @@ func (l *lapseRedis) start(ctx context.Context, e *env, rec *recorder) error {
 	return nil
 }
 
-// schedule uses Schedule, one call per timer as lapse does for each order it
-// creates; the scheduler writes concurrent calls in one pipeline.
+// schedule uses ScheduleMany, one call per create group: lapse commits
+// concurrent creates together (PostgreSQL's group commit, up to
+// postgres.DefaultCreateGroup orders), and the timers of a group reach Redis
+// together. The scheduler writes concurrent calls in one pipeline, one script
+// call per shard.
 func (l *lapseRedis) schedule(ctx context.Context, ts []item) error {
-	for _, t := range ts {
-		if err := l.s.Schedule(ctx, t.key, t.due); err != nil {
-			return err
-		}
+	timers := make([]timer.Timer, len(ts))
+	for i, t := range ts {
+		timers[i] = timer.Timer{Key: t.key, Due: t.due}
 	}
-	return nil
+	return l.s.ScheduleMany(ctx, timers)
 }
 
-func (l *lapseRedis) batch() int { return 1 }
+func (l *lapseRedis) batch() int { return postgres.DefaultCreateGroup }
 
 func (l *lapseRedis) stop(ctx context.Context) error {
 	err := l.r.halt(ctx)

@@ -61,12 +61,12 @@ func specs() []spec {
 		},
 		{
 			Name: "lapse-redis", Config: "defaults: 16 shards, 4 workers, batch 200, MaxSleep 250ms",
-			Insert: "Schedule, one call per timer (calls in flight share a pipeline)", Server: "redis",
+			Insert: "ScheduleMany, one call per create group of 64 timers (PostgreSQL's group commit size; calls in flight share a pipeline, one script call per shard)", Server: "redis",
 			make: func() system { return &lapseRedis{} },
 		},
 		{
 			Name: "lapse-redis-tuned", Config: "16 workers (one per shard), MaxSleep 50ms",
-			Insert: "Schedule, one call per timer (calls in flight share a pipeline)", Server: "redis",
+			Insert: "ScheduleMany, one call per create group of 64 timers (PostgreSQL's group commit size; calls in flight share a pipeline, one script call per shard)", Server: "redis",
 			make: func() system {
 				return &lapseRedis{cfg: lredis.Config{Workers: 16, MaxSleep: 50 * time.Millisecond}}
 			},

@@ -16,6 +16,10 @@ import (
 //	                             only for timers in flight or waiting to be redelivered
 //	<prefix>:{sNN}:seeded  String "ok" once a complete seed from the store covered the shard
 //
+// lease and meta also hold, once a claim ran, a member no timer has (its
+// name starts with a NUL byte; see lua/claim.lua) that keeps Redis from
+// storing them as a listpack, whose lookups scan the whole set.
+//
 // and, on a slot of its own:
 //
 //	<prefix>:seedlock      String the token of the instance seeding, with a TTL

@@ -15,12 +15,14 @@
 //
 // # Scheduling
 //
-// Schedule is one script call (lua/schedule.lua): ZADD to due, and removal
-// from lease and meta, so a new schedule replaces the old one even while the
-// timer is in a handler. Concurrent Schedule calls of one Scheduler are
-// written together, one pipeline for all of them (group commit), which cuts
-// round trips when many orders are created at once; ScheduleMany loads many
-// timers in a few script calls.
+// A schedule is a script call (lua/schedule.lua) per shard: ZADD to due,
+// and removal from lease and meta, so a new schedule replaces the old one
+// even while the timer is in a handler. Schedule sets one timer, ScheduleMany
+// many (the orders of a create group, a page of a seed); calls made while
+// another is written are written together (group commit): the timers of all
+// of them go in one script call per shard, with many members each, all in
+// one pipeline. What a timer costs Redis is then mostly its ZADD, not a
+// script call and a round trip of its own.
 //
 // # Delivery
 //
@@ -33,7 +35,9 @@
 // The claim script (lua/claim.lua) moves up to BatchSize due timers of a shard
 // from due to lease in one step, so two consumers never both win a timer. It
 // counts the delivery in meta and tags it with a claim id. When the handler
-// returns nil the batch is acknowledged (lua/ack.lua); when it fails the batch
+// returns nil the batch is acknowledged (lua/ack.lua), in the round trip of
+// the worker's next claim (one pipeline: the acknowledgements go first), or
+// at once when the worker has nothing more to claim; when it fails the batch
 // goes back to due after Config.Backoff (lua/retry.lua), keeping its attempt
 // count and original due time. While a handler runs and Run's ctx is alive,
 // its lease is extended every Lease/3 (lua/extend.lua); a consumer that dies
@@ -84,7 +88,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,40 +295,6 @@ func (s *Scheduler) seedFunc() func(ctx context.Context) error {
 	s.seedMu.Lock()
 	defer s.seedMu.Unlock()
 	return s.seed
-}
-
-// ScheduleMany is Schedule for many timers at once: one script call per
-// shard and 1000 timers, for seeding and bulk loads. Each timer's Key and Due
-// are used (Attempt is ignored). An empty Key is an error and schedules
-// nothing; an error from Redis may leave some timers scheduled.
-func (s *Scheduler) ScheduleMany(ctx context.Context, timers []timer.Timer) error {
-	byShard := make([][]any, len(s.keys.shards)) // score, key, score, key, …
-	for _, t := range timers {
-		if t.Key == "" {
-			return errors.New("redis: empty timer key")
-		}
-		sh := s.keys.shard(t.Key)
-		byShard[sh] = append(byShard[sh], ceilMs(t.Due), t.Key)
-	}
-	const chunk = 2 * 1000 // arguments: the script unpacks them; Lua allows 8000
-	for sh, args := range byShard {
-		if len(args) == 0 {
-			continue
-		}
-		k := s.keys.shards[sh]
-		earliest := int64(math.MaxInt64)
-		for start := 0; start < len(args); start += chunk {
-			part := args[start:min(start+chunk, len(args))]
-			if err := scheduleScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, part...).Err(); err != nil {
-				return fmt.Errorf("redis: schedule %d timers: %w", len(timers), err)
-			}
-			for i := 0; i < len(part); i += 2 {
-				earliest = min(earliest, part[i].(int64))
-			}
-		}
-		s.lower(sh, earliest, true)
-	}
-	return nil
 }
 
 // Unschedule implements timer.Scheduler. A timer in a batch in hand is still

@@ -49,6 +49,11 @@ func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
 	defer sleep.Stop()
 	var lastScan, nextRecover time.Time
 	round := 0
+	// Batches handled and not yet acknowledged: their acknowledgement goes
+	// in the round trip of this worker's next claim, or alone before it
+	// sleeps or stops.
+	var handled []claimed
+	defer func() { s.ackAll(context.WithoutCancel(ctx), handled) }()
 	failing := false // the last Redis call failed (logged once until one succeeds)
 	report := func(what string, sh int, err error) {
 		if err == nil {
@@ -91,7 +96,8 @@ func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
 			if s.plans[sh].Load() > time.Now().UnixMilli() {
 				continue
 			}
-			c, err := s.claim(ctx, sh, time.Now(), room)
+			c, err := s.claim(ctx, sh, time.Now(), room, handled)
+			handled = nil
 			report("claim", sh, err)
 			if err != nil {
 				s.lower(sh, time.Now().Add(s.cfg.MaxSleep).UnixMilli(), false)
@@ -104,9 +110,13 @@ func (s *Scheduler) work(ctx context.Context, w int, h timer.Handler) {
 		}
 		round++
 		if len(batch) > 0 {
-			s.deliver(ctx, batch, h)
+			if s.deliver(ctx, batch, h) {
+				handled = batch
+			}
 			continue // while timers are due
 		}
+		s.ackAll(context.WithoutCancel(ctx), handled)
+		handled = nil
 		wake := lastScan.Add(s.cfg.MaxSleep)
 		if nextRecover.Before(wake) {
 			wake = nextRecover
@@ -168,8 +178,9 @@ type claimed struct {
 }
 
 // claim runs the claim script on shard sh at now for at most limit timers and
-// sets the shard's plan to the earliest timer left.
-func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int) (claimed, error) {
+// sets the shard's plan to the earliest timer left. The acknowledgements of
+// the claims in acks go first in the same round trip.
+func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int, acks []claimed) (claimed, error) {
 	k := s.keys.shards[sh]
 	c := claimed{shard: sh, id: fmt.Sprintf("%s-%x", s.id, s.claims.Add(1))}
 	// From here on, a Schedule lowers the plan again; the script's answer
@@ -177,10 +188,20 @@ func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int)
 	s.plans[sh].Store(math.MaxInt64)
 	nowMs := now.UnixMilli()
 	// Cancelled with ctx, so that Run returns promptly even while Redis does
-	// not answer. A claim the server ran but whose answer was dropped holds
-	// its timers until the lease runs out; then they are delivered again.
-	res, err := claimScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta},
-		nowMs, nowMs+s.cfg.Lease.Milliseconds(), limit, c.id).Slice()
+	// not answer; not when acknowledgements go with it, which are sent
+	// whatever happens to ctx. A claim the server ran but whose answer was
+	// dropped holds its timers until the lease runs out; then they are
+	// delivered again.
+	calls := s.ackCalls(acks)
+	call := &scriptCall{script: claimScript, keys: []string{k.due, k.lease, k.meta},
+		args: []any{nowMs, nowMs + s.cfg.Lease.Milliseconds(), limit, c.id}}
+	calls = append(calls, call)
+	if len(acks) > 0 {
+		ctx = context.WithoutCancel(ctx)
+	}
+	s.evalAll(ctx, calls)
+	s.ackDone(acks, calls)
+	res, err := call.cmd.Slice()
 	if err != nil {
 		return c, fmt.Errorf("claim shard %d: %w", sh, err)
 	}
@@ -210,9 +231,10 @@ func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int)
 }
 
 // deliver hands the timers of the claims cs to h in one call, keeping their
-// leases while h runs, then acknowledges every claim or puts each back after
-// its backoff.
-func (s *Scheduler) deliver(ctx context.Context, cs []claimed, h timer.Handler) {
+// leases while h runs. When h fails it puts each claim back after its
+// backoff; when h succeeds it reports true, and the caller acknowledges the
+// claims (ackAll, or with its next claim).
+func (s *Scheduler) deliver(ctx context.Context, cs []claimed, h timer.Handler) (ok bool) {
 	bg := context.WithoutCancel(ctx)
 	var all []timer.Timer
 	stops := make([]func(), len(cs))
@@ -224,27 +246,46 @@ func (s *Scheduler) deliver(ctx context.Context, cs []claimed, h timer.Handler) 
 	for _, stop := range stops {
 		stop()
 	}
+	if err == nil {
+		return true
+	}
 	now := time.Now() // one backoff origin: the batch comes back together
 	for _, c := range cs {
-		if err == nil {
-			s.ack(bg, c)
-		} else {
-			s.retry(bg, c, now)
-		}
+		s.retry(bg, c, now)
 	}
+	return false
 }
 
-// ack acknowledges claim c: its timers are done.
-func (s *Scheduler) ack(ctx context.Context, c claimed) {
-	k := s.keys.shards[c.shard]
-	args := make([]any, 0, 1+len(c.timers))
-	args = append(args, c.id)
-	for _, t := range c.timers {
-		args = append(args, t.Key)
+// ackAll acknowledges the claims cs in one round trip: their timers are done.
+func (s *Scheduler) ackAll(ctx context.Context, cs []claimed) {
+	calls := s.ackCalls(cs)
+	s.evalAll(ctx, calls)
+	s.ackDone(cs, calls)
+}
+
+// ackCalls are the ack script calls of the claims cs, one each.
+func (s *Scheduler) ackCalls(cs []claimed) []*scriptCall {
+	calls := make([]*scriptCall, len(cs), len(cs)+1)
+	for i, c := range cs {
+		k := s.keys.shards[c.shard]
+		args := make([]any, 0, 1+len(c.timers))
+		args = append(args, c.id)
+		for _, t := range c.timers {
+			args = append(args, t.Key)
+		}
+		calls[i] = &scriptCall{script: ackScript, keys: []string{k.lease, k.meta}, args: args}
 	}
-	if err := ackScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil {
-		s.log.Error("redis timers: acknowledge a batch failed; it will be delivered again after its lease",
-			"shard", c.shard, "timers", len(c.timers), "err", err)
+	return calls
+}
+
+// ackDone logs the acknowledgements of cs (the first len(cs) of calls, sent)
+// that failed.
+func (s *Scheduler) ackDone(cs []claimed, calls []*scriptCall) {
+	for i, c := range cs {
+		if err := calls[i].cmd.Err(); err != nil {
+			s.log.Error("redis timers: acknowledge a batch failed; it will be delivered again after its lease",
+				"shard", c.shard, "timers", len(c.timers), "err", err)
+		}
 	}
 }
 

@@ -7,26 +7,60 @@ import (
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/lapsehq/lapse/timer"
 )
 
 // Schedule implements timer.Scheduler. It replaces a pending schedule of key
 // and voids a claim on it: a batch in hand that holds key is neither
 // acknowledged nor requeued for it, so the new schedule wins.
 //
-// Concurrent calls are written together (group commit): a call made while
-// another is being written waits for it, then goes with every call that came
-// meanwhile, one script call per shard, all in one pipeline. A lone call is
-// written at once. Schedule returns when its timer is stored, or when ctx
-// ends (the timer may then be stored or not).
+// Concurrent calls (of Schedule and ScheduleMany) are written together
+// (group commit): a call made while another is being written waits for it,
+// then goes with every call that came meanwhile, one script call per shard
+// for all their timers, all in one pipeline. A lone call is written at once.
+// Schedule returns when its timer is stored, or when ctx ends (the timer may
+// then be stored or not).
 func (s *Scheduler) Schedule(ctx context.Context, key string, due time.Time) error {
 	if key == "" {
 		return errors.New("redis: empty timer key")
 	}
-	if err := ctx.Err(); err != nil {
+	if err := s.enqueue(ctx, []timer.Timer{{Key: key, Due: due}}); err != nil {
 		return fmt.Errorf("redis: schedule timer %s: %w", key, err)
 	}
-	r := &scheduleReq{shard: s.keys.shard(key), score: ceilMs(due), key: key, done: make(chan struct{})}
+	return nil
+}
+
+// ScheduleMany implements timer.BatchScheduler: Schedule for many timers at
+// once — the timers of a group of orders created together, a page of a seed
+// — written with the calls in flight: one script call per shard (and 1000
+// timers), all in one pipeline. Each timer's Key and Due are used (Attempt is
+// ignored). An empty Key is an error and schedules nothing; an error from
+// Redis may leave some timers scheduled.
+func (s *Scheduler) ScheduleMany(ctx context.Context, timers []timer.Timer) error {
+	if len(timers) == 0 {
+		return nil
+	}
+	for _, t := range timers {
+		if t.Key == "" {
+			return errors.New("redis: empty timer key")
+		}
+	}
+	if err := s.enqueue(ctx, timers); err != nil {
+		return fmt.Errorf("redis: schedule %d timers: %w", len(timers), err)
+	}
+	return nil
+}
+
+// enqueue queues the timers as one request, writes the queue if no write is
+// running, and waits until the request is written or ctx ends.
+func (s *Scheduler) enqueue(ctx context.Context, timers []timer.Timer) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &scheduleReq{items: make([]scheduleItem, len(timers)), done: make(chan struct{})}
+	for i, t := range timers {
+		r.items[i] = scheduleItem{shard: s.keys.shard(t.Key), score: ceilMs(t.Due), key: t.Key}
+	}
 	c := &s.commit
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
@@ -42,28 +76,30 @@ func (s *Scheduler) Schedule(ctx context.Context, key string, due time.Time) err
 		select {
 		case <-r.done:
 		default:
-			return fmt.Errorf("redis: schedule timer %s: %w", key, ctx.Err())
+			return ctx.Err()
 		}
 	}
-	if r.err != nil {
-		return fmt.Errorf("redis: schedule timer %s: %w", key, r.err)
-	}
-	return nil
+	return r.err
 }
 
-// committer queues the Schedule calls made while one is written.
+// committer queues the schedule requests made while one write runs.
 type committer struct {
 	mu    sync.Mutex
 	queue []*scheduleReq
 	busy  bool // a flush is running; it takes the queue when done
 }
 
+// scheduleReq is one call of Schedule or ScheduleMany.
 type scheduleReq struct {
+	items []scheduleItem
+	err   error         // the first error of a script call holding its timers; set before done is closed
+	done  chan struct{} // closed when written
+}
+
+type scheduleItem struct {
 	shard int
 	score int64
 	key   string
-	err   error         // set before done is closed
-	done  chan struct{} // closed when written
 }
 
 // flushOnce writes the queue (which holds the caller's request) and, if
@@ -98,57 +134,55 @@ func (s *Scheduler) flush(ctx context.Context) (more bool) {
 	return true
 }
 
-// write stores a batch of Schedule requests: one schedule.lua call per shard
-// (at most 1000 timers each), pipelined when there are several.
+// maxScheduleCall is the most timers of one schedule.lua call: it unpacks
+// two arguments per timer, and Lua allows 8000.
+const maxScheduleCall = 1000
+
+// write stores a batch of requests: one schedule.lua call per shard (at most
+// maxScheduleCall timers each) for the timers of every request, pipelined
+// when there are several, then closes each request's done.
 func (s *Scheduler) write(ctx context.Context, batch []*scheduleReq) {
 	type call struct {
-		shard int
-		reqs  []*scheduleReq
-		args  []any
-		cmd   *goredis.Cmd
+		shard    int
+		args     []any // score, key, score, key, …
+		reqs     []*scheduleReq
+		earliest int64
 	}
 	var calls []*call
-	open := map[int]*call{}
+	open := make([]*call, len(s.keys.shards))
 	for _, r := range batch {
-		c := open[r.shard]
-		if c == nil || len(c.reqs) == 1000 {
-			c = &call{shard: r.shard}
-			open[r.shard] = c
-			calls = append(calls, c)
-		}
-		c.reqs = append(c.reqs, r)
-		c.args = append(c.args, r.score, r.key)
-	}
-	keysOf := func(c *call) []string {
-		k := s.keys.shards[c.shard]
-		return []string{k.due, k.lease, k.meta}
-	}
-	if len(calls) == 1 {
-		calls[0].cmd = scheduleScript.Run(ctx, s.rdb, keysOf(calls[0]), calls[0].args...)
-	} else {
-		_, _ = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, c := range calls {
-				c.cmd = scheduleScript.EvalSha(ctx, p, keysOf(c), c.args...)
+		for _, it := range r.items {
+			c := open[it.shard]
+			if c == nil || len(c.args) == 2*maxScheduleCall {
+				c = &call{shard: it.shard, earliest: it.score}
+				open[it.shard] = c
+				calls = append(calls, c)
 			}
-			return nil
-		})
+			if n := len(c.reqs); n == 0 || c.reqs[n-1] != r {
+				c.reqs = append(c.reqs, r)
+			}
+			c.args = append(c.args, it.score, it.key)
+			c.earliest = min(c.earliest, it.score)
+		}
 	}
-	for _, c := range calls {
-		err := c.cmd.Err()
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Not cached on that server yet: EVALSHA falls back to EVAL.
-			err = scheduleScript.Run(ctx, s.rdb, keysOf(c), c.args...).Err()
+	sc := make([]*scriptCall, len(calls))
+	for i, c := range calls {
+		k := s.keys.shards[c.shard]
+		sc[i] = &scriptCall{script: scheduleScript, keys: []string{k.due, k.lease, k.meta}, args: c.args}
+	}
+	s.evalAll(ctx, sc)
+	for i, c := range calls {
+		if err := sc[i].cmd.Err(); err != nil {
+			for _, r := range c.reqs {
+				if r.err == nil {
+					r.err = err
+				}
+			}
+			continue
 		}
-		earliest := c.reqs[0].score
-		for _, r := range c.reqs {
-			r.err = err
-			earliest = min(earliest, r.score)
-		}
-		if err == nil {
-			s.lower(c.shard, earliest, true)
-		}
-		for _, r := range c.reqs {
-			close(r.done)
-		}
+		s.lower(c.shard, c.earliest, true)
+	}
+	for _, r := range batch {
+		close(r.done)
 	}
 }

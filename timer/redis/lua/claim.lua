@@ -15,6 +15,15 @@
 -- first schedule's, kept in meta across redeliveries); next is the score of
 -- the earliest timer left in due, or '' when due is empty. meta holds the
 -- claim id, which acknowledging, requeueing and extending must present.
+--
+-- lease and meta each keep one member no timer has (lease: PAD scored +inf,
+-- so it never expires; meta: the field PAD), longer than Redis's
+-- zset-max-listpack-value and hash-max-listpack-value (64), written first so
+-- that Redis makes them a skiplist and a hash table and keeps them so: as a
+-- listpack (up to 128 or 512 entries) each member of a batch is found and
+-- inserted by a scan of the whole set, and a claim of 200 timers costs Redis
+-- several times as much.
+local PAD = '\0lapse: this member keeps the set out of the listpack encoding (claim.lua)'
 local taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {''}
 if #taken > 0 then
@@ -23,7 +32,7 @@ if #taken > 0 then
     keys[#keys + 1] = taken[i]
   end
   local metas = redis.call('HMGET', KEYS[3], unpack(keys))
-  local leases, newmeta = {}, {}
+  local leases, newmeta = {'+inf', PAD}, {PAD, PAD}
   for i, key in ipairs(keys) do
     local attempts, due = 0, taken[2 * i]
     if metas[i] then -- a redelivery: failed, or recovered from an expired lease
