@@ -10,10 +10,13 @@
 -- key leaves the lease set and loses its attempt count and original due time,
 -- so the claim that held it can neither acknowledge nor requeue it. While no
 -- timer of the shard is in flight or waiting to be redelivered (lease and
--- meta empty, as in a burst of new orders) only the ZADD runs.
+-- meta hold nothing but claim.lua's pad member, or do not exist, as in a
+-- burst of new orders) only the ZADD runs.
 redis.call('ZADD', KEYS[1], unpack(ARGV))
-local inLease = redis.call('EXISTS', KEYS[2]) == 1
-local inMeta = redis.call('EXISTS', KEYS[3]) == 1
+local PAD = '\0lapse: this member keeps the set out of the listpack encoding (claim.lua)' -- as claim.lua's
+local padded = redis.call('ZSCORE', KEYS[2], PAD) and 1 or 0
+local inLease = redis.call('ZCARD', KEYS[2]) > padded
+local inMeta = redis.call('HLEN', KEYS[3]) > redis.call('HEXISTS', KEYS[3], PAD)
 if inLease or inMeta then
   local keys = {}
   for i = 2, #ARGV, 2 do
