@@ -235,7 +235,7 @@ func TestDeadlockedTransactionRunsAgain(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.Tx(ctx, func(tx pgx.Tx) error {
+			err := s.Tx(ctx, func(tx postgres.TxConn) error {
 				runs[i]++
 				for k, sku := range skus {
 					if _, err := tx.Exec(ctx, `UPDATE skus SET available = available + 1 WHERE sku = $1`, sku); err != nil {
