@@ -416,6 +416,11 @@ SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
 
 -- name: fan_out
 -- Params: limit, now. Runs holding outbox_fanout's row (lock_fanout).
+-- The events are marked through the primary key, seq = ANY (ARRAY(…)) (an
+-- init plan, as in claim_due): written as a join to f, the planner — with
+-- statistics taken while the outbox was small — hash-joined f against a
+-- sequential scan of the whole outbox on every fan-out, the relay's largest
+-- cost while a burst of cancels fills the outbox.
 WITH f AS (
     SELECT seq, order_id FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1
 ), d AS (
@@ -423,7 +428,7 @@ WITH f AS (
     SELECT s.name, f.seq, f.order_id, $2 FROM f CROSS JOIN outbox_sinks s
     ON CONFLICT (sink, seq) DO NOTHING
 )
-UPDATE outbox o SET fanned_out = true FROM f WHERE o.seq = f.seq;
+UPDATE outbox o SET fanned_out = true WHERE o.seq = ANY (ARRAY(SELECT seq FROM f));
 
 -- name: claim_deliveries
 -- Params: sink, limit, now, lease until. The first pending seq of each
