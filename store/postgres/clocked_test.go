@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -155,4 +157,45 @@ func run(t *testing.T, s *postgres.Store, u string) cancelRun {
 	rows.WriteString(strings.Join(events, "\n"))
 	out.rows = rows.String()
 	return out
+}
+
+// Effects sent with the COMMIT that the server refuses (here a release the
+// ledger already holds) roll the whole cancel back, answer ErrMovedTwice,
+// and leave the pool's connections usable.
+func TestCancelEffectsRefusedAtCommitRollBack(t *testing.T) {
+	t.Parallel()
+	s, u := open(t, nil)
+	ctx := context.Background()
+	storetest.Stock(t, s, 10, "a")
+	if _, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "o1", AmountCents: 1, Currency: "EUR", Items: []order.Item{{SKU: "a", Qty: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, u)
+	if _, err := conn.Exec(ctx, `INSERT INTO stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o1', 'a', 'release', 1, now())`); err != nil {
+		t.Fatal(err)
+	}
+	for range 12 { // more than the pool's connections: none is left inside a transaction
+		_, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"o1"}})
+		if !errors.Is(err, core.ErrMovedTwice) {
+			t.Fatalf("cancel with the release already in the ledger: %v, want ErrMovedTwice", err)
+		}
+	}
+	got, err := s.GetOrder(ctx, "o1")
+	if err != nil || got.Status != order.Pending {
+		t.Fatalf("order after the refused cancel: %v %v, want PENDING", got.Status, err)
+	}
+	var events int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE type = 'order.cancelled'`).Scan(&events); err != nil || events != 0 {
+		t.Fatalf("%d cancelled events (%v), want none", events, err)
+	}
+	if sku, err := s.GetSKU(ctx, "a"); err != nil || sku.Locked != 1 || sku.Available != 9 {
+		t.Fatalf("stock after the refused cancel: %+v %v", sku, err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM stock_ledger WHERE order_id = 'o1' AND action = 'release'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"o1"}})
+	if err != nil || len(res.Cancelled) != 1 {
+		t.Fatalf("cancel once the ledger is clear: %+v %v", res, err)
+	}
 }
