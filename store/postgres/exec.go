@@ -155,7 +155,7 @@ type txExecutor struct {
 }
 
 var (
-	_ core.ExecutorTx    = txExecutor{}
+	_ core.ExecutorTx       = txExecutor{}
 	_ core.GroupExecutor    = txExecutor{}
 	_ core.DueClockExecutor = txExecutor{}
 	_ core.EffectsCommitter = txExecutor{}
