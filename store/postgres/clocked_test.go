@@ -39,7 +39,13 @@ func TestPipelinedCancelMatchesGeneralPath(t *testing.T) {
 			t.Errorf("pipelined run lacks %q:\n%s\n%s", want, a.report, a.rows)
 		}
 	}
-	t.Logf("statements: pipelined %d, general %d", a.statements, b.statements)
+	t.Logf("statements: pipelined %d, general %d; round trips of a cancel: pipelined %v, general %v", a.statements, b.statements, a.trips, b.trips)
+	// A batch that cancels every order, and a claim: BEGIN + clock + UPDATE
+	// + items, then ledger + counters + events + COMMIT. The general path:
+	// BEGIN, clock, UPDATE, items, effects, COMMIT.
+	if a.trips != [2]int64{2, 2} || b.trips != [2]int64{6, 6} {
+		t.Errorf("round trips of a batch and of a claim: pipelined %v, want [2 2]; general %v, want [6 6]", a.trips, b.trips)
+	}
 	// The pipelined path sends fewer statements: no clock read of its own.
 	if a.statements >= b.statements {
 		t.Errorf("pipelined cancel sent %d statements, the general path %d", a.statements, b.statements)
@@ -49,6 +55,7 @@ func TestPipelinedCancelMatchesGeneralPath(t *testing.T) {
 type cancelRun struct {
 	report, rows string
 	statements   int64
+	trips        [2]int64 // round trips of a batch all cancelled, of a claim
 }
 
 var times = regexp.MustCompile(`"\d{4}-\d\d-\d\dT[^"]*"`)
@@ -97,6 +104,20 @@ func run(t *testing.T, s *postgres.Store, u string) cancelRun {
 	}
 	out.statements = s.Statements() - before
 	out.report = rep.String()
+
+	// Round trips, the statements prepared on the pool's connections by
+	// the runs above (a first use costs one more, to prepare).
+	create(store.CreateOrderParams{ID: "o3", Items: []order.Item{{SKU: "a", Qty: 1}}})
+	create(store.CreateOrderParams{ID: "o4", Items: []order.Item{{SKU: "b", Qty: 1}}})
+	trips := s.RoundTrips()
+	if res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"o3"}}); err != nil || len(res.Cancelled) != 1 {
+		t.Fatalf("cancel o3: %+v %v", res, err)
+	}
+	out.trips[0], trips = s.RoundTrips()-trips, s.RoundTrips()
+	if res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 10}); err != nil || len(res.Cancelled) != 1 {
+		t.Fatalf("claim o4: %+v %v", res, err)
+	}
+	out.trips[1] = s.RoundTrips() - trips
 
 	conn := connect(t, u)
 	var rows strings.Builder

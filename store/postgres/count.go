@@ -18,11 +18,18 @@ import (
 // connections included) and the session setup of a new connection.
 func (s *Store) Statements() int64 { return s.stmts.n.Load() }
 
+// RoundTrips returns how many round trips of statements the store has made
+// since Open: a lone statement is one, a batch (pipeline) is one, whatever
+// it holds. Not counted, as for Statements: the Parse/Describe round trip
+// that prepares a statement a connection runs for the first time, pings and
+// session setup.
+func (s *Store) RoundTrips() int64 { return s.stmts.trips.Load() }
+
 // statementCounter is a pgx tracer that counts statements: a query at its
 // start (so a failed one counts: it was sent), a batch's queries one by one
 // as their results are read (a batch stopped by an error counts the queries
 // up to the failed one; the server ran no more).
-type statementCounter struct{ n atomic.Int64 }
+type statementCounter struct{ n, trips atomic.Int64 }
 
 // countStatements installs a statementCounter on cc, after any tracer
 // already there, which keeps tracing everything it did.
@@ -45,12 +52,14 @@ var (
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.trips.Add(1)
 	return ctx
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
 	return ctx
 }
 
