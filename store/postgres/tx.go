@@ -43,8 +43,12 @@ func (t *pgTx) started(ctx context.Context) error {
 	}
 	begin := t.begin
 	t.begin = ""
-	_, err := t.conn.Exec(ctx, begin)
-	return err
+	if _, err := t.conn.Exec(ctx, begin); err != nil {
+		// No statement may run outside the transaction: end it here.
+		t.end()
+		return err
+	}
+	return nil
 }
 
 // Exec implements querier.
