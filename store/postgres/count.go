@@ -11,7 +11,7 @@ import (
 // Statements returns how many SQL statements the store has sent to
 // PostgreSQL since Open (it implements bench.StatementCounter): every Exec,
 // Query and QueryRow, and every query of a batch, once each. BEGIN, COMMIT
-// and ROLLBACK count too: pgx sends them through Conn.Exec. Not counted: the
+// and ROLLBACK count too, alone or in the batch they lead or end (pgTx). Not counted: the
 // protocol steps pgx takes on its own (the Parse/Describe that prepares a
 // statement the first time a connection runs it, the DEALLOCATE of
 // statements a schema change invalidated), pings (the pool's checks of idle
