@@ -62,31 +62,29 @@ func (p *poller) nudge(due time.Time) {
 
 func (p *poller) run(ctx context.Context) {
 	batch := p.s.cfg.BatchSize
-	attempt := 0
+	attempt, width := 0, 1
 	sleep := time.NewTimer(time.Hour)
 	defer sleep.Stop()
 	for ctx.Err() == nil {
 		p.mu.Lock()
 		p.plan = time.Time{}
 		p.mu.Unlock()
-		res, err := p.s.cancelBatch(context.WithoutCancel(ctx), store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil})
+		res, full, err := p.claim(ctx, batch, width)
 		p.enqueueChecks(ctx)
 		var wait time.Duration
 		switch {
-		case err != nil:
+		case err != nil && !full:
 			attempt++
+			width = 1
 			wait = timer.Backoff(attempt)
-		case len(res.Cancelled) == batch:
+		case full:
 			attempt = 0
-			if p.onCancel != nil {
-				p.onCancel(len(res.Cancelled))
+			if p.follow {
+				width = burstClaimers
 			}
 			continue // more are due
 		default:
-			attempt = 0
-			if p.onCancel != nil && len(res.Cancelled) > 0 {
-				p.onCancel(len(res.Cancelled))
-			}
+			attempt, width = 0, 1
 			wait = p.untilNext(ctx, res.Now)
 		}
 		p.mu.Lock()
@@ -104,6 +102,52 @@ func (p *poller) run(ctx context.Context) {
 		}
 		sleep.Stop()
 	}
+}
+
+// burstClaimers is how many claims the sql timers run at once while every
+// claim comes back full (a burst of due orders): each is a transaction of
+// its own on its own connection of the pool, and SKIP LOCKED gives them
+// disjoint batches, so the database works on one while lapse encodes the
+// next. Outside a burst one claim at a time: no empty transactions.
+const burstClaimers = 2
+
+// claim runs width claims of batch at once and returns the last result (its
+// Now), whether any came back full, and the first error.
+func (p *poller) claim(ctx context.Context, batch, width int) (store.CancelDueResult, bool, error) {
+	params := store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil}
+	results := make([]store.CancelDueResult, width)
+	errs := make([]error, width)
+	var wg sync.WaitGroup
+	for i := range width {
+		wg.Go(func() { results[i], errs[i] = p.s.cancelBatch(context.WithoutCancel(ctx), params) })
+	}
+	wg.Wait()
+	var (
+		last  store.CancelDueResult
+		full  bool
+		first error
+	)
+	for i, res := range results {
+		if errs[i] != nil {
+			first = cmpErr(first, errs[i])
+			continue
+		}
+		full = full || len(res.Cancelled) == batch
+		if p.onCancel != nil && len(res.Cancelled) > 0 {
+			p.onCancel(len(res.Cancelled))
+		}
+		if res.Now.After(last.Now) {
+			last = res
+		}
+	}
+	return last, full, first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // untilNext is how long to sleep: until the next deadline (sql timers), never

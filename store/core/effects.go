@@ -32,6 +32,21 @@ func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, t
 	return nil
 }
 
+// effectsAtCommit is effects for a transaction's last write: a driver that
+// can (EffectsCommitter) sends them with the COMMIT, in one round trip; any
+// other writes them now. The caller runs no statement after it.
+func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ string, os ...order.Order) error {
+	if _, ok := tx.ExecutorTx.(EffectsCommitter); !ok || len(os) == 0 {
+		return s.effects(ctx, tx, now, move, typ, os...)
+	}
+	e, err := NewEffects(now, move, typ, os...)
+	if err != nil {
+		return err
+	}
+	tx.atCommit = &e
+	return nil
+}
+
 // refundEvent writes order.refund_required for o: the order as the API shows
 // it, and the payment to give back ("refund": its payment_id and amount).
 func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.Order, p store.PaymentParams) error {

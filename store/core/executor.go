@@ -292,6 +292,30 @@ type GroupExecutor interface {
 	WriteGroup(ctx context.Context, a WriteGroupArgs) error
 }
 
+// DueClockExecutor is an optional capability of an ExecutorTx: a timeout
+// cancel whose statement reads the database's clock itself and returns it
+// with the orders it cancelled — the clock folded into the UPDATE, one round
+// trip fewer than DBNow then CancelDue. The guard is the same
+// (cancel_after <= now, against the database's one clock); only where now is
+// read moves. The core uses it only when the store has no Config.Clock and
+// the transaction has read no clock yet; a.Now is then zero and, for a
+// claim, a.DueBy too: the statement takes cancel_after <= its now - a.Lag.
+type DueClockExecutor interface {
+	// CancelDueClocked is CancelDue reading now itself.
+	CancelDueClocked(ctx context.Context, a CancelArgs) ([]order.Order, time.Time, error)
+	// ClaimDueClocked is ClaimDue reading now itself.
+	ClaimDueClocked(ctx context.Context, a ClaimArgs) ([]order.Order, time.Time, error)
+}
+
+// EffectsCommitter is an optional capability of an ExecutorTx: it writes a
+// transaction's last effects and commits in one round trip (PostgreSQL's
+// pipeline). The core decides which effects go last (Tx.effectsAtCommit);
+// a driver without it has them written by WriteEffects, then Commit. An
+// error leaves the transaction to be rolled back, as any statement's does.
+type EffectsCommitter interface {
+	CommitEffects(ctx context.Context, e Effects) error
+}
+
 // TxOptions says what kind of transaction to begin.
 type TxOptions struct {
 	// Urgent marks a timeout cancel: a store with one writer hands it the
@@ -355,8 +379,11 @@ type CancelArgs struct {
 
 // ClaimArgs is a claim of due orders for Executor.ClaimDue.
 type ClaimArgs struct {
-	Now           time.Time
-	DueBy         time.Time // cancel_after <= DueBy; never after Now
+	Now   time.Time
+	DueBy time.Time // cancel_after <= DueBy; never after Now
+	// Lag, for ClaimDueClocked (Now and DueBy zero): DueBy is the
+	// statement's now - Lag. Never negative.
+	Lag           time.Duration
 	Limit         int
 	SkipAttempted bool
 }

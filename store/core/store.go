@@ -64,6 +64,8 @@ type Tx struct {
 	ExecutorTx
 	s   *Store
 	now time.Time
+	// atCommit, when set, is written with the COMMIT (EffectsCommitter).
+	atCommit *Effects
 }
 
 // Now is the transaction's "now": the configured clock's, or the
@@ -130,6 +132,13 @@ func (s *Store) tryTx(ctx context.Context, o TxOptions, fn func(tx *Tx) error) e
 	if err := fn(tx); err != nil {
 		_ = etx.Rollback(context.WithoutCancel(ctx))
 		return err
+	}
+	if e := tx.atCommit; e != nil {
+		if err := etx.(EffectsCommitter).CommitEffects(ctx, *e); err != nil {
+			_ = etx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("write %s effects (stock %s) and commit: %w", e.Type, cmpOr(string(e.Move), "unchanged"), err)
+		}
+		return nil
 	}
 	if err := etx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)

@@ -11,18 +11,25 @@ import (
 // Statements returns how many SQL statements the store has sent to
 // PostgreSQL since Open (it implements bench.StatementCounter): every Exec,
 // Query and QueryRow, and every query of a batch, once each. BEGIN, COMMIT
-// and ROLLBACK count too: pgx sends them through Conn.Exec. Not counted: the
+// and ROLLBACK count too, alone or in the batch they lead or end (pgTx). Not counted: the
 // protocol steps pgx takes on its own (the Parse/Describe that prepares a
 // statement the first time a connection runs it, the DEALLOCATE of
 // statements a schema change invalidated), pings (the pool's checks of idle
 // connections included) and the session setup of a new connection.
 func (s *Store) Statements() int64 { return s.stmts.n.Load() }
 
+// RoundTrips returns how many round trips of statements the store has made
+// since Open: a lone statement is one, a batch (pipeline) is one, whatever
+// it holds. Not counted, as for Statements: the Parse/Describe round trip
+// that prepares a statement a connection runs for the first time, pings and
+// session setup.
+func (s *Store) RoundTrips() int64 { return s.stmts.trips.Load() }
+
 // statementCounter is a pgx tracer that counts statements: a query at its
 // start (so a failed one counts: it was sent), a batch's queries one by one
 // as their results are read (a batch stopped by an error counts the queries
 // up to the failed one; the server ran no more).
-type statementCounter struct{ n atomic.Int64 }
+type statementCounter struct{ n, trips atomic.Int64 }
 
 // countStatements installs a statementCounter on cc, after any tracer
 // already there, which keeps tracing everything it did.
@@ -45,12 +52,14 @@ var (
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.trips.Add(1)
 	return ctx
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
 	return ctx
 }
 

@@ -74,16 +74,18 @@ type driver struct {
 var _ core.Driver = (*driver)(nil)
 
 // Begin implements core.Driver: READ COMMITTED, or for the audit a
-// read-only REPEATABLE READ snapshot.
+// read-only REPEATABLE READ snapshot. It takes a connection of the pool and
+// holds the BEGIN until the first statement, to lead its pipeline (pgTx).
 func (d *driver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
-	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	begin := beginReadCommitted
 	if o.ReadOnly {
-		opts = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+		begin = beginSnapshot
 	}
-	tx, err := d.pool.BeginTx(ctx, opts)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
+	tx := &pgTx{conn: conn, begin: begin}
 	return txExecutor{executor{tx}, tx}, nil
 }
 
@@ -149,20 +151,32 @@ func (r refused) Unwrap() []error { return []error{r.sentinel, r.cause} }
 // in one transaction.
 type txExecutor struct {
 	executor
-	tx pgx.Tx
+	tx *pgTx
 }
 
 var (
-	_ core.ExecutorTx    = txExecutor{}
-	_ core.GroupExecutor = txExecutor{}
+	_ core.ExecutorTx       = txExecutor{}
+	_ core.GroupExecutor    = txExecutor{}
+	_ core.DueClockExecutor = txExecutor{}
+	_ core.EffectsCommitter = txExecutor{}
 )
 
 // Commit implements core.ExecutorTx.
-func (t txExecutor) Commit(ctx context.Context) error { return interpretError(t.tx.Commit(ctx)) }
+func (t txExecutor) Commit(ctx context.Context) error {
+	return interpretError(t.tx.commitWith(ctx, &pgx.Batch{}))
+}
+
+// CommitEffects implements core.EffectsCommitter: the effects and COMMIT in
+// one round trip.
+func (t txExecutor) CommitEffects(ctx context.Context, e core.Effects) error {
+	var b pgx.Batch
+	queueEffects(&b, e)
+	return interpretError(t.tx.commitWith(ctx, &b))
+}
 
 // Rollback implements core.ExecutorTx, on a context already cancelled too.
 func (t txExecutor) Rollback(ctx context.Context) error {
-	return t.tx.Rollback(context.WithoutCancel(ctx))
+	return t.tx.rollback(context.WithoutCancel(ctx))
 }
 
 // Savepoint implements core.ExecutorTx. PostgreSQL creates groups with

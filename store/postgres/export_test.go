@@ -5,6 +5,7 @@ import (
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lapsehq/lapse/store/core"
 )
@@ -26,8 +27,14 @@ var ClaimDueSQL = q.Get("claim_due")
 // Query is one named query of queries.sql, for checking its plan.
 func Query(name string) string { return q.Get(name) }
 
+// TxConn is what a test's transaction (Store.Tx) runs statements on.
+type TxConn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Tx runs fn as the store runs every transaction, retries included.
-func (s *Store) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+func (s *Store) Tx(ctx context.Context, fn func(tx TxConn) error) error {
 	return s.WithTx(ctx, core.TxOptions{}, func(tx *core.Tx) error { return fn(tx.ExecutorTx.(txExecutor).tx) })
 }
 
@@ -48,4 +55,26 @@ func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.Exec
 		return nil, err
 	}
 	return struct{ core.ExecutorTx }{etx}, nil // LockGroup and WriteGroup hidden
+}
+
+// WithoutPipelinedCancel is s with the timeout cancel on the core's general
+// path: its transactions offer neither core.DueClockExecutor (the clock read
+// by a statement of its own) nor core.EffectsCommitter (effects, then COMMIT).
+func (s *Store) WithoutPipelinedCancel() *Store {
+	cfg := s.cfg
+	cfg.Driver = generalDriver{s.cfg.Driver}
+	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
+}
+
+type generalDriver struct{ core.Driver }
+
+func (d generalDriver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
+	etx, err := d.Driver.Begin(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		core.ExecutorTx
+		core.GroupExecutor
+	}{etx, etx.(core.GroupExecutor)}, nil
 }

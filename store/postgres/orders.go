@@ -318,3 +318,77 @@ func (e executor) OrdersOfPayment(ctx context.Context, paymentID string) ([]stri
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, interpretError(err)
 }
+
+// CancelDueClocked implements core.DueClockExecutor: the clock, the UPDATE
+// and the items of the orders it cancelled in one statement, sent in the
+// round trip of the transaction's BEGIN (pgTx).
+func (t txExecutor) CancelDueClocked(ctx context.Context, a core.CancelArgs) ([]order.Order, time.Time, error) {
+	return t.clocked(ctx, "cancel_due_clocked", a.IDs, a.SkipAttempted, a.Confirmed)
+}
+
+// ClaimDueClocked implements core.DueClockExecutor.
+func (t txExecutor) ClaimDueClocked(ctx context.Context, a core.ClaimArgs) ([]order.Order, time.Time, error) {
+	return t.clocked(ctx, "claim_due_clocked", max(a.Lag, 0), a.Limit, a.SkipAttempted)
+}
+
+// clocked runs a statement of the shape of cancel_due_clocked: one row
+// always, its first column the clock, then an order's columns and its items
+// (skus, qtys), all null when it cancelled nothing.
+func (t txExecutor) clocked(ctx context.Context, name string, args ...any) ([]order.Order, time.Time, error) {
+	var (
+		os  []order.Order
+		now *time.Time
+	)
+	var b pgx.Batch
+	b.Queue(q.Get(name), args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				id, status, currency, reason, paymentID, reservationID *string
+				amount, version                                        *int64
+				attempts                                               *int
+				created, expires, cancelAfter, paidAt, cancelledAt     *time.Time
+				refund                                                 *bool
+				skus                                                   []string
+				qtys                                                   []int64
+			)
+			err := rows.Scan(&now, &id, &status, &amount, &currency, &created, &expires, &cancelAfter, &paidAt,
+				&cancelledAt, &reason, &paymentID, &refund, &attempts, &version, &reservationID, &skus, &qtys)
+			if err != nil {
+				return err
+			}
+			if id == nil {
+				continue // nothing cancelled: the clock alone
+			}
+			o := order.Order{ID: *id, Status: order.Status(*status), AmountCents: *amount, Currency: *currency,
+				CreatedAt: created.UTC(), ExpiresAt: expires.UTC(), CancelAfter: cancelAfter.UTC(),
+				RefundRequired: *refund, PaymentAttempts: *attempts, Version: *version}
+			if paidAt != nil {
+				o.PaidAt = paidAt.UTC()
+			}
+			if cancelledAt != nil {
+				o.CancelledAt = cancelledAt.UTC()
+			}
+			if reason != nil {
+				o.CancelReason = order.CancelReason(*reason)
+			}
+			if paymentID != nil {
+				o.PaymentID = *paymentID
+			}
+			if reservationID != nil {
+				o.ReservationID = *reservationID
+			}
+			for i := range skus {
+				o.Items = append(o.Items, order.Item{SKU: skus[i], Qty: qtys[i]})
+			}
+			os = append(os, o)
+		}
+		return rows.Err()
+	})
+	if err := t.send(ctx, &b); err != nil {
+		return nil, time.Time{}, err
+	}
+	if now == nil {
+		return nil, time.Time{}, errNoClock
+	}
+	return os, now.UTC(), nil
+}

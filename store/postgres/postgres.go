@@ -8,9 +8,13 @@
 // Guarantees beyond the store.Store contract:
 //
 //   - One clock decides. With Config.Clock set, every guard compares against
-//     that clock; without one, against the database's clock, read once at the
-//     start of each transaction, so instances whose clocks drift can fire a
-//     timer early but never cancel an order early.
+//     that clock; without one, against the database's clock, read once per
+//     transaction (by the timeout cancel's UPDATE itself: cancel_due_clocked),
+//     so instances whose clocks drift can fire a timer early but never cancel
+//     an order early.
+//   - A timeout cancel takes two round trips: BEGIN, the clock, the UPDATE
+//     and the items of the orders it cancelled; then ledger, counters,
+//     events and COMMIT (pgTx, core.DueClockExecutor, core.EffectsCommitter).
 //   - Every status transition is one conditional UPDATE … RETURNING in a
 //     READ COMMITTED transaction; the row it returns, or its absence,
 //     decides. A payment success that cannot pay the order is judged on the

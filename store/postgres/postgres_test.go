@@ -235,7 +235,7 @@ func TestDeadlockedTransactionRunsAgain(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.Tx(ctx, func(tx pgx.Tx) error {
+			err := s.Tx(ctx, func(tx postgres.TxConn) error {
 				runs[i]++
 				for k, sku := range skus {
 					if _, err := tx.Exec(ctx, `UPDATE skus SET available = available + 1 WHERE sku = $1`, sku); err != nil {
@@ -418,9 +418,12 @@ func BenchmarkCancelDue(b *testing.B) {
 		b.Run(fmt.Sprintf("ids/batch=%d", batch), func(b *testing.B) { benchCancelDue(b, batch, false) })
 	}
 	b.Run("claim/batch=200", func(b *testing.B) { benchCancelDue(b, 200, true) })
+	b.Run("claim/batch=200/claimers=2", func(b *testing.B) { benchCancelDue(b, 200, true, 2) })
 }
 
-func benchCancelDue(b *testing.B, batch int, claim bool) {
+// benchCancelDue cancels b.N orders; a claim runs claimers claim loops at
+// once (the sql timers in a burst: poll.go's burstClaimers).
+func benchCancelDue(b *testing.B, batch int, claim bool, claimers ...int) {
 	s, u := open(b, nil)
 	ctx := context.Background()
 	n := b.N
@@ -459,16 +462,30 @@ func benchCancelDue(b *testing.B, batch int, claim bool) {
 	start := time.Now()
 	done := 0
 	if claim {
-		for {
-			res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: batch})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(res.Cancelled) == 0 {
-				break
-			}
-			done += len(res.Cancelled)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		loops := 1
+		if len(claimers) > 0 {
+			loops = claimers[0]
 		}
+		for range loops {
+			wg.Go(func() {
+				for {
+					res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: batch})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if len(res.Cancelled) == 0 {
+						return
+					}
+					mu.Lock()
+					done += len(res.Cancelled)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
 	} else {
 		for lo := 0; lo < n; lo += batch {
 			res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: ids[lo:min(lo+batch, n)]})

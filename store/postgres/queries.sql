@@ -307,6 +307,59 @@ WHERE id = ANY (ARRAY(SELECT id FROM orders
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
+-- name: cancel_due_clocked
+-- cancel_due with the clock folded in (core.DueClockExecutor): the statement
+-- reads the database's clock itself and returns it, with each cancelled
+-- order's items, so a timeout cancel's clock, UPDATE and items are one
+-- statement. $1 the ids of the batch, $2 and $3 as cancel_due's $3 and $4.
+-- The clock CTE is evaluated once (clock_timestamp() is volatile: the CTE is
+-- materialized), so every guard and cancelled_at of the batch compare
+-- against one now, as when the core reads it first. One row always comes:
+-- the clock, and nulls when no order was cancelled (LEFT JOIN). Items in SKU
+-- byte order, as get_items gives them.
+WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
+done AS (
+  UPDATE orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
+  WHERE id = ANY($1::text[])
+    AND cancel_after <= (SELECT now FROM clock)
+    AND (status = 'PENDING' OR ($3::boolean AND status = 'PAYING'))
+    AND (NOT $2::boolean OR $3::boolean OR payment_attempts = 0)
+  RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+            cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+)
+SELECT clock.now, d.id, d.status, d.amount_cents, d.currency, d.created_at, d.expires_at, d.cancel_after, d.paid_at,
+       d.cancelled_at, d.cancel_reason, d.payment_id, d.refund_required, d.payment_attempts, d.version, d.reservation_id,
+       i.skus, i.qtys
+FROM clock
+LEFT JOIN done AS d ON true
+LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array_agg(qty ORDER BY sku COLLATE "C") AS qtys
+                   FROM order_items WHERE order_id = d.id) AS i ON true;
+
+-- name: claim_due_clocked
+-- claim_due with the clock folded in, as cancel_due_clocked: $1 the lag (an
+-- interval, never negative: the claim takes cancel_after <= now - lag, never
+-- past now), $2 batch size, $3 true to leave attempted orders alone.
+WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
+done AS (
+  UPDATE orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
+  WHERE id = ANY (ARRAY(SELECT id FROM orders
+                        WHERE status = 'PENDING' AND cancel_after <= (SELECT now - greatest($1::interval, interval '0') FROM clock)
+                          AND (NOT $3::boolean OR payment_attempts = 0)
+                        ORDER BY cancel_after
+                        LIMIT $2
+                        FOR UPDATE SKIP LOCKED))
+    AND status = 'PENDING'
+  RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+            cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+)
+SELECT clock.now, d.id, d.status, d.amount_cents, d.currency, d.created_at, d.expires_at, d.cancel_after, d.paid_at,
+       d.cancelled_at, d.cancel_reason, d.payment_id, d.refund_required, d.payment_attempts, d.version, d.reservation_id,
+       i.skus, i.qtys
+FROM clock
+LEFT JOIN done AS d ON true
+LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array_agg(qty ORDER BY sku COLLATE "C") AS qtys
+                   FROM order_items WHERE order_id = d.id) AS i ON true;
+
 -- name: payment_checks
 -- $1 now - lag, $2 limit. Both kinds of order are found through
 -- orders_status_cancel_after, one index range per status.
@@ -363,6 +416,11 @@ SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
 
 -- name: fan_out
 -- Params: limit, now. Runs holding outbox_fanout's row (lock_fanout).
+-- The events are marked through the primary key, seq = ANY (ARRAY(…)) (an
+-- init plan, as in claim_due): written as a join to f, the planner — with
+-- statistics taken while the outbox was small — hash-joined f against a
+-- sequential scan of the whole outbox on every fan-out, the relay's largest
+-- cost while a burst of cancels fills the outbox.
 WITH f AS (
     SELECT seq, order_id FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1
 ), d AS (
@@ -370,7 +428,7 @@ WITH f AS (
     SELECT s.name, f.seq, f.order_id, $2 FROM f CROSS JOIN outbox_sinks s
     ON CONFLICT (sink, seq) DO NOTHING
 )
-UPDATE outbox o SET fanned_out = true FROM f WHERE o.seq = f.seq;
+UPDATE outbox o SET fanned_out = true WHERE o.seq = ANY (ARRAY(SELECT seq FROM f));
 
 -- name: claim_deliveries
 -- Params: sink, limit, now, lease until. The first pending seq of each
