@@ -55,6 +55,10 @@ type Config struct {
 	// arrive together (group commit, see group.go). Defaults to 32; 1 gives
 	// every create a transaction of its own.
 	CreateGroup int
+	// PaymentGroup is the most payment starts and reports committed in one
+	// transaction when they arrive together (store/core's paygroup.go).
+	// Defaults to DefaultCreateGroup; 1 gives each a transaction of its own.
+	PaymentGroup int
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +73,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CreateGroup == 0 {
 		c.CreateGroup = DefaultCreateGroup
+	}
+	if c.PaymentGroup == 0 {
+		c.PaymentGroup = DefaultCreateGroup
 	}
 }
 
@@ -173,7 +180,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetMaxOpenConns(cfg.Readers)
 	r.SetMaxIdleConns(cfg.Readers)
 	s := &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}
-	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock, CreateGroup: cfg.CreateGroup})
+	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock,
+		CreateGroup: cfg.CreateGroup, PaymentGroup: cfg.PaymentGroup})
 	return s, nil
 }
 
