@@ -49,6 +49,7 @@ type payGrouper struct {
 	queue *group.Queue[*payCall]
 
 	groups, grouped, fallbacks atomic.Int64
+	waiting                    atomic.Int64 // calls not yet answered
 }
 
 func newPayGrouper(s *Store, size int) *payGrouper {
@@ -63,6 +64,8 @@ func (s *Store) payTx(ctx context.Context, fn payFunc) error {
 		return s.withTx(ctx, TxOptions{}, func(tx *Tx) error { return fn(ctx, tx) })
 	}
 	c := &payCall{ctx: ctx, fn: fn, done: make(chan struct{})}
+	s.pays.waiting.Add(1)
+	defer s.pays.waiting.Add(-1)
 	s.pays.queue.Add(c)
 	// Not also on ctx.Done(): the group may be committing this operation,
 	// and its caller must not be told "failed" of a change that happened.

@@ -76,6 +76,15 @@ func (s *Store) PaymentGroupStats() (groups, calls, fallbacks int64) {
 	return s.pays.groups.Load(), s.pays.grouped.Load(), s.pays.fallbacks.Load()
 }
 
+// PaymentsWaiting is how many payment operations wait for their group's
+// COMMIT (queued, or in the group running).
+func (s *Store) PaymentsWaiting() int64 {
+	if s.pays == nil {
+		return 0
+	}
+	return s.pays.waiting.Load()
+}
+
 // Tx is one transaction of the core: the driver's ExecutorTx and the time
 // its guards compare against, read at most once.
 type Tx struct {

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -200,5 +202,68 @@ func TestReadOnlyOpensOnlyWhatExistsAndWritesNothing(t *testing.T) {
 	}
 	if !bytes.Equal(before, after) {
 		t.Error("a read-only open changed the database file")
+	}
+}
+
+// Payment starts and reports that arrive while the writer is busy queue and
+// are committed in one group, each answered as if alone (what they answer is
+// storetest's PaymentsAtOnce); PaymentGroup 1 turns grouping off.
+func TestPaymentGroupCommitGroups(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1} {
+		t.Run(fmt.Sprintf("PaymentGroup %d", size), func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+			path := filepath.Join(t.TempDir(), "lapse.db")
+			s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Clock: clk, Synchronous: "NORMAL", PaymentGroup: size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var calls int
+			hold := func(n int) func() {
+				calls = n
+				held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+				go func() {
+					done <- s.WithTx(context.Background(), core.TxOptions{}, func(*core.Tx) error {
+						close(held)
+						<-release
+						return nil
+					})
+				}()
+				<-held
+				return func() {
+					if size != 1 {
+						// Every call queued behind the held writer.
+						deadline := time.Now().Add(10 * time.Second)
+						for s.PaymentsWaiting() < int64(n) {
+							if time.Now().After(deadline) {
+								t.Errorf("%d of %d calls queued after 10s", s.PaymentsWaiting(), n)
+								break
+							}
+							time.Sleep(time.Millisecond)
+						}
+					}
+					close(release)
+					if err := <-done; err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			before, _, _ := s.PaymentGroupStats()
+			storetest.PaymentsAtOnce(t, s, clk, hold)
+			groups, grouped, fallbacks := s.PaymentGroupStats()
+			groups -= before
+			switch {
+			case size == 1 && groups+grouped != 0:
+				t.Errorf("PaymentGroup 1: %d groups of %d calls, want none", groups, grouped)
+			case size == 0 && (groups < 1 || groups > 2 || grouped < int64(calls-1) || fallbacks != 0):
+				// The first call may have taken the writer's turn alone.
+				t.Errorf("default PaymentGroup: %d groups of %d calls (%d fallbacks), want the %d calls in one or two groups", groups, grouped, fallbacks, calls)
+			}
+		})
 	}
 }
