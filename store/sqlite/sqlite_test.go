@@ -267,3 +267,57 @@ func TestPaymentGroupCommitGroups(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPayments: b.N paid orders, each a payment start then its signed
+// success, 64 at a time, on a file with synchronous FULL (lapse serve's
+// default) — grouped (the default PaymentGroup) and one transaction each.
+// Reports ns per paid order (two payment operations).
+func BenchmarkPayments(b *testing.B) {
+	for _, size := range []int{0, 1} {
+		b.Run(fmt.Sprintf("PaymentGroup=%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "lapse.db"), PaymentGroup: size})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			storetest.Stock(b, s, int64(b.N), "a")
+			ps := make([]store.CreateOrderParams, b.N)
+			for i := range ps {
+				ps[i] = storetest.Params(fmt.Sprintf("o%07d", i), order.Item{SKU: "a", Qty: 1})
+				ps[i].Timeout = time.Hour
+			}
+			if _, errs := storetest.CreateAll(s, ps); errors.Join(errs...) != nil {
+				b.Fatal(errors.Join(errs...))
+			}
+			next := make(chan string, b.N)
+			for _, p := range ps {
+				next <- p.ID
+			}
+			close(next)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Go(func() {
+					for id := range next {
+						o, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id})
+						if err == nil {
+							var res store.PaymentResult
+							res, err = s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: o.PaymentID, AmountCents: o.AmountCents, CallbackID: "cb-" + id})
+							if err == nil && res.Outcome != store.OutcomePaid {
+								err = fmt.Errorf("outcome %v", res.Outcome)
+							}
+						}
+						if err != nil {
+							b.Error(id, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
