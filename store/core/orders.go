@@ -159,7 +159,8 @@ func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store
 // StartPayment implements store.Orders.
 func (s *Store) StartPayment(ctx context.Context, p store.StartPaymentParams) (order.Order, error) {
 	var o order.Order
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
+		o = order.Order{}
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -242,10 +243,12 @@ func (s *Store) replay(ctx context.Context, tx *Tx, p store.PaymentParams) (stor
 	return store.PaymentResult{Order: o, Outcome: store.OutcomeReplayed}, true, err
 }
 
-// CompletePayment implements store.Orders.
+// CompletePayment implements store.Orders. Concurrent payment starts and
+// reports are committed together in groups (paygroup.go) unless
+// Config.PaymentGroup is 1.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
 		r, replayed, err := s.replay(ctx, tx, p)
 		if res = r; err != nil || replayed {
 			return err
@@ -306,7 +309,7 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 // FailPayment implements store.Orders. Without a callback id it reads no clock.
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
 		r, replayed, err := s.replay(ctx, tx, p)
 		if res = r; err != nil || replayed {
 			return err

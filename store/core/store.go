@@ -26,6 +26,10 @@ type Config struct {
 	// CreateGroup is the most creates committed in one transaction when
 	// they arrive together (group.go). 0 or 1: every create alone.
 	CreateGroup int
+	// PaymentGroup is the most payment starts and reports (StartPayment,
+	// CompletePayment, FailPayment) committed in one transaction when they
+	// arrive together (paygroup.go). 0 or 1: every one alone.
+	PaymentGroup int
 }
 
 // Store implements store.Store but for Migrate, Ping and Close, which the
@@ -34,7 +38,8 @@ type Store struct {
 	d       Driver
 	clock   clock.Clock
 	retries int
-	groups  *grouper // nil: every create alone
+	groups  *grouper    // nil: every create alone
+	pays    *payGrouper // nil: every payment operation alone
 }
 
 // New returns a Store running its transactions on cfg.Driver.
@@ -46,6 +51,9 @@ func New(cfg Config) *Store {
 	if cfg.CreateGroup > 1 {
 		s.groups = newGrouper(s, cfg.CreateGroup)
 	}
+	if cfg.PaymentGroup > 1 {
+		s.pays = newPayGrouper(s, cfg.PaymentGroup)
+	}
 	return s
 }
 
@@ -56,6 +64,25 @@ func (s *Store) GroupStats() (groups, orders, fallbacks int64) {
 		return 0, 0, 0
 	}
 	return s.groups.groups.Load(), s.groups.grouped.Load(), s.groups.fallbacks.Load()
+}
+
+// PaymentGroupStats is what group commit of payments did: groups of two or
+// more operations committed, the operations they held, and groups that fell
+// back to one transaction per operation.
+func (s *Store) PaymentGroupStats() (groups, calls, fallbacks int64) {
+	if s.pays == nil {
+		return 0, 0, 0
+	}
+	return s.pays.groups.Load(), s.pays.grouped.Load(), s.pays.fallbacks.Load()
+}
+
+// PaymentsWaiting is how many payment operations wait for their group's
+// COMMIT (queued, or in the group running).
+func (s *Store) PaymentsWaiting() int64 {
+	if s.pays == nil {
+		return 0
+	}
+	return s.pays.waiting.Load()
 }
 
 // Tx is one transaction of the core: the driver's ExecutorTx and the time

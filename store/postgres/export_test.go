@@ -40,10 +40,12 @@ func (s *Store) Tx(ctx context.Context, fn func(tx TxConn) error) error {
 
 // WithSavepoints is s with its groups of creates on the core's general path,
 // one savepoint per create: its transactions do not offer the pipelined
-// core.GroupExecutor.
+// core.GroupExecutor. Its payment starts and reports are grouped too (the
+// core's paygroup.go, off in a PostgreSQL store), one savepoint each.
 func (s *Store) WithSavepoints() *Store {
 	cfg := s.cfg
 	cfg.Driver = savepointDriver{s.cfg.Driver}
+	cfg.PaymentGroup = 32
 	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
 }
 

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"modernc.org/sqlite"
 
@@ -55,6 +56,10 @@ type Config struct {
 	// arrive together (group commit, see group.go). Defaults to 32; 1 gives
 	// every create a transaction of its own.
 	CreateGroup int
+	// PaymentGroup is the most payment starts and reports committed in one
+	// transaction when they arrive together (store/core's paygroup.go).
+	// Defaults to DefaultCreateGroup; 1 gives each a transaction of its own.
+	PaymentGroup int
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +74,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CreateGroup == 0 {
 		c.CreateGroup = DefaultCreateGroup
+	}
+	if c.PaymentGroup == 0 {
+		c.PaymentGroup = DefaultCreateGroup
 	}
 }
 
@@ -103,6 +111,9 @@ type Store struct {
 	stmts  *sqlcount.Counter // both pools' statements (Statements)
 	// readOnly: opened with Config.ReadOnly; w is nil and writes are refused.
 	readOnly bool
+	// prepared holds queries.sql prepared on w, by text (prepared.go); nil
+	// until Migrate.
+	prepared atomic.Pointer[map[string]*sql.Stmt]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -140,6 +151,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		v.Add("_pragma", "busy_timeout(10000)")
 		v.Add("_pragma", "synchronous("+strings.ToUpper(cfg.Synchronous)+")")
 		v.Add("_pragma", "foreign_keys(ON)")
+		// Savepoints' sub-journals (one per create or payment of a group)
+		// in memory, not spilled to a temporary file: in a group that file
+		// was a write syscall per page changed, on the one writer.
+		v.Add("_pragma", "temp_store(MEMORY)")
 		v.Set("_txlock", "immediate")
 		if extra != "" {
 			v.Add("_pragma", extra)
@@ -173,7 +188,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetMaxOpenConns(cfg.Readers)
 	r.SetMaxIdleConns(cfg.Readers)
 	s := &Store{w: w, r: r, clock: cfg.Clock, stmts: stmts}
-	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock, CreateGroup: cfg.CreateGroup})
+	s.Store = core.New(core.Config{Driver: driver{executor: executor{db: r, clock: cfg.Clock}, s: s}, Clock: cfg.Clock,
+		CreateGroup: cfg.CreateGroup, PaymentGroup: cfg.PaymentGroup})
 	return s, nil
 }
 
@@ -228,7 +244,11 @@ func (s *Store) Close() error {
 	if s.readOnly {
 		return s.r.Close()
 	}
-	return errors.Join(s.r.Close(), s.w.Close())
+	var err error
+	if m := s.prepared.Swap(nil); m != nil {
+		err = closeAll(*m)
+	}
+	return errors.Join(err, s.r.Close(), s.w.Close())
 }
 
 // Migrate applies the embedded migrations not yet applied, each in its own
@@ -264,6 +284,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("sqlite: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
+	}
+	if err := s.prepare(ctx); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
 	}
 	return nil
 }
@@ -317,7 +340,11 @@ func (s *Store) begin(ctx context.Context, urgent bool) (*txExecutor, error) {
 		s.writer.unlock()
 		return nil, err
 	}
-	return &txExecutor{executor: executor{db: tx, clock: s.clock}, tx: tx, release: s.writer.unlock}, nil
+	var stmts map[string]*sql.Stmt
+	if m := s.prepared.Load(); m != nil {
+		stmts = *m
+	}
+	return &txExecutor{executor: executor{db: preparedTx{Tx: tx, stmts: stmts}, clock: s.clock}, tx: tx, release: s.writer.unlock}, nil
 }
 
 // Class implements core.Driver. With one writer nothing deadlocks, so

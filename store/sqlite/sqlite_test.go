@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
 	"github.com/lapsehq/lapse/internal/clock"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -200,5 +202,122 @@ func TestReadOnlyOpensOnlyWhatExistsAndWritesNothing(t *testing.T) {
 	}
 	if !bytes.Equal(before, after) {
 		t.Error("a read-only open changed the database file")
+	}
+}
+
+// Payment starts and reports that arrive while the writer is busy queue and
+// are committed in one group, each answered as if alone (what they answer is
+// storetest's PaymentsAtOnce); PaymentGroup 1 turns grouping off.
+func TestPaymentGroupCommitGroups(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1} {
+		t.Run(fmt.Sprintf("PaymentGroup %d", size), func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+			path := filepath.Join(t.TempDir(), "lapse.db")
+			s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Clock: clk, Synchronous: "NORMAL", PaymentGroup: size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var calls int
+			hold := func(n int) func() {
+				calls = n
+				held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+				go func() {
+					done <- s.WithTx(context.Background(), core.TxOptions{}, func(*core.Tx) error {
+						close(held)
+						<-release
+						return nil
+					})
+				}()
+				<-held
+				return func() {
+					if size != 1 {
+						// Every call queued behind the held writer.
+						deadline := time.Now().Add(10 * time.Second)
+						for s.PaymentsWaiting() < int64(n) {
+							if time.Now().After(deadline) {
+								t.Errorf("%d of %d calls queued after 10s", s.PaymentsWaiting(), n)
+								break
+							}
+							time.Sleep(time.Millisecond)
+						}
+					}
+					close(release)
+					if err := <-done; err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			before, _, _ := s.PaymentGroupStats()
+			storetest.PaymentsAtOnce(t, s, clk, hold)
+			groups, grouped, fallbacks := s.PaymentGroupStats()
+			groups -= before
+			switch {
+			case size == 1 && groups+grouped != 0:
+				t.Errorf("PaymentGroup 1: %d groups of %d calls, want none", groups, grouped)
+			case size == 0 && (groups < 1 || groups > 2 || grouped < int64(calls-1) || fallbacks != 0):
+				// The first call may have taken the writer's turn alone.
+				t.Errorf("default PaymentGroup: %d groups of %d calls (%d fallbacks), want the %d calls in one or two groups", groups, grouped, fallbacks, calls)
+			}
+		})
+	}
+}
+
+// BenchmarkPayments: b.N paid orders, each a payment start then its signed
+// success, 64 at a time, on a file with synchronous FULL (lapse serve's
+// default) — grouped (the default PaymentGroup) and one transaction each.
+// Reports ns per paid order (two payment operations).
+func BenchmarkPayments(b *testing.B) {
+	for _, size := range []int{0, 1} {
+		b.Run(fmt.Sprintf("PaymentGroup=%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "lapse.db"), PaymentGroup: size})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			storetest.Stock(b, s, int64(b.N), "a")
+			ps := make([]store.CreateOrderParams, b.N)
+			for i := range ps {
+				ps[i] = storetest.Params(fmt.Sprintf("o%07d", i), order.Item{SKU: "a", Qty: 1})
+				ps[i].Timeout = time.Hour
+			}
+			if _, errs := storetest.CreateAll(s, ps); errors.Join(errs...) != nil {
+				b.Fatal(errors.Join(errs...))
+			}
+			next := make(chan string, b.N)
+			for _, p := range ps {
+				next <- p.ID
+			}
+			close(next)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Go(func() {
+					for id := range next {
+						o, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: id})
+						if err == nil {
+							var res store.PaymentResult
+							res, err = s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: o.PaymentID, AmountCents: o.AmountCents, CallbackID: "cb-" + id})
+							if err == nil && res.Outcome != store.OutcomePaid {
+								err = fmt.Errorf("outcome %v", res.Outcome)
+							}
+						}
+						if err != nil {
+							b.Error(id, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -52,6 +52,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("a confirmed cancel takes PAYING orders, only when due", func(t *testing.T) { testConfirmedCancel(t, newStore) })
 	t.Run("payment checks list PAYING and attempted orders past their deadline", func(t *testing.T) { testPaymentChecks(t, newStore) })
 	t.Run("a replayed callback changes nothing", func(t *testing.T) { testReplayedCallback(t, newStore) })
+	t.Run("payment starts and reports sent at once are answered as if alone", func(t *testing.T) { testPaymentsAtOnce(t, newStore) })
 	t.Run("stock is released and committed at most once", func(t *testing.T) { testStockOnce(t, newStore) })
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
 	exerciseOutbox(t, newStore)
