@@ -130,19 +130,12 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "scale: %v\n", err)
 		}
 	}()
-	st, err := postgres.Open(ctx, postgres.Config{URL: u})
+	stock := int64((*creates)*(*runs) + 1001) // every create of the runs and the warm-up
+	st, err := openStocked(ctx, u, stock)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		return err
-	}
-	for i := range skus {
-		if _, err := st.SetStock(ctx, skuName(i), int64((*creates)*(*runs)+1000)+1); err != nil {
-			return err
-		}
-	}
 	pool := pg.pool
 
 	best := func(rates []float64) float64 {
@@ -268,19 +261,11 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "scale: %v (drop it by hand)\n", err)
 		}
 	}()
-	est, err := postgres.Open(ctx, postgres.Config{URL: eu})
+	est, err := openStocked(ctx, eu, stock)
 	if err != nil {
 		return err
 	}
 	defer est.Close()
-	if err := est.Migrate(ctx); err != nil {
-		return err
-	}
-	for i := range skus {
-		if _, err := est.SetStock(ctx, skuName(i), int64((*creates)*(*runs)+1000)+1); err != nil {
-			return err
-		}
-	}
 	fullSvc, err := lapse.New(lapse.Config{Store: st, Logger: slog.New(slog.DiscardHandler), SweepInterval: -1})
 	if err != nil {
 		return err
@@ -329,6 +314,26 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "\nload average at the start %s, at the end %s; PostgreSQL %s, Redis %s; took %.0f s\n",
 		res.LoadAvgAtStart, res.LoadAvgAtEnd, res.PostgresVersion, res.RedisVersion, res.TookSec)
 	return nil
+}
+
+// openStocked opens the store at u, migrates it and gives each of its skus
+// SKUs stock units.
+func openStocked(ctx context.Context, u string, stock int64) (*postgres.Store, error) {
+	st, err := postgres.Open(ctx, postgres.Config{URL: u})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	for i := range skus {
+		if _, err := st.SetStock(ctx, skuName(i), stock); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // createMany creates n orders through svc from conc goroutines and returns

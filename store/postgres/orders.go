@@ -29,6 +29,13 @@ func scanOrder(row pgx.CollectableRow) (order.Order, error) {
 	}
 	o.Status = order.Status(status)
 	o.CreatedAt, o.ExpiresAt, o.CancelAfter = o.CreatedAt.UTC(), o.ExpiresAt.UTC(), o.CancelAfter.UTC()
+	setNullable(&o, paidAt, cancelledAt, reason, paymentID, reservationID)
+	return o, nil
+}
+
+// setNullable sets the order's columns that may be NULL from their scanned
+// values (times in UTC).
+func setNullable(o *order.Order, paidAt, cancelledAt *time.Time, reason, paymentID, reservationID *string) {
 	if paidAt != nil {
 		o.PaidAt = paidAt.UTC()
 	}
@@ -44,7 +51,6 @@ func scanOrder(row pgx.CollectableRow) (order.Order, error) {
 	if reservationID != nil {
 		o.ReservationID = *reservationID
 	}
-	return o, nil
 }
 
 // orderSet collects the order rows of one query and the items of get_items.
@@ -362,21 +368,7 @@ func (t txExecutor) clocked(ctx context.Context, name string, args ...any) ([]or
 			o := order.Order{ID: *id, Status: order.Status(*status), AmountCents: *amount, Currency: *currency,
 				CreatedAt: created.UTC(), ExpiresAt: expires.UTC(), CancelAfter: cancelAfter.UTC(),
 				RefundRequired: *refund, PaymentAttempts: *attempts, Version: *version}
-			if paidAt != nil {
-				o.PaidAt = paidAt.UTC()
-			}
-			if cancelledAt != nil {
-				o.CancelledAt = cancelledAt.UTC()
-			}
-			if reason != nil {
-				o.CancelReason = order.CancelReason(*reason)
-			}
-			if paymentID != nil {
-				o.PaymentID = *paymentID
-			}
-			if reservationID != nil {
-				o.ReservationID = *reservationID
-			}
+			setNullable(&o, paidAt, cancelledAt, reason, paymentID, reservationID)
 			for i := range skus {
 				o.Items = append(o.Items, order.Item{SKU: skus[i], Qty: qtys[i]})
 			}
