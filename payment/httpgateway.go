@@ -1,7 +1,6 @@
 package payment
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -101,12 +100,7 @@ func (c *HTTPConfig) setDefaults() {
 		c.BreakerOpenFor = 10 * time.Second
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{
-			Transport: http.DefaultTransport.(*http.Transport).Clone(),
-			// A redirect is an unexpected answer, not something to follow
-			// (a POST would be replayed as a GET).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		c.HTTPClient = NewHTTPClient()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -263,14 +257,14 @@ func (g *HTTPGateway) query(ctx context.Context, orderID, paymentID string) (Sta
 			var b queryBody
 			if json.Unmarshal(body, &b) != nil || b.OrderID == nil || *b.OrderID != orderID ||
 				(b.Status != nil && *b.Status != string(StateNotPaid)) {
-				return answered, fmt.Errorf("%w: 404 without the protocol's body naming the order (is the gateway URL right?): %s", ErrBadResponse, snippet(body))
+				return answered, fmt.Errorf("%w: 404 without the protocol's body naming the order (is the gateway URL right?): %s", ErrBadResponse, Snippet(body))
 			}
 			st = Status{State: StateNotPaid}
 			return answered, nil
 		case code >= 500:
-			return transient, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
+			return transient, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, Snippet(body))
 		}
-		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
+		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, Snippet(body))
 	})
 	if err != nil {
 		if paymentID != "" {
@@ -284,7 +278,7 @@ func (g *HTTPGateway) query(ctx context.Context, orderID, paymentID string) (Sta
 func parseQuery(orderID string, body []byte) (Status, error) {
 	var b queryBody
 	if err := json.Unmarshal(body, &b); err != nil {
-		return Status{}, fmt.Errorf("%w: malformed JSON: %v: %s", ErrBadResponse, err, snippet(body))
+		return Status{}, fmt.Errorf("%w: malformed JSON: %v: %s", ErrBadResponse, err, Snippet(body))
 	}
 	if b.OrderID == nil || *b.OrderID != orderID {
 		got := "none"
@@ -294,7 +288,7 @@ func parseQuery(orderID string, body []byte) (Status, error) {
 		return Status{}, fmt.Errorf("%w: answer is about order %s", ErrBadResponse, got)
 	}
 	if b.Status == nil {
-		return Status{}, fmt.Errorf("%w: no status: %s", ErrBadResponse, snippet(body))
+		return Status{}, fmt.Errorf("%w: no status: %s", ErrBadResponse, Snippet(body))
 	}
 	st := Status{State: State(*b.Status), PaymentID: b.PaymentID}
 	if b.AmountCents != nil {
@@ -303,7 +297,7 @@ func parseQuery(orderID string, body []byte) (Status, error) {
 	switch st.State {
 	case StatePaid:
 		if b.PaymentID == "" || b.AmountCents == nil || *b.AmountCents < 0 {
-			return Status{}, fmt.Errorf("%w: PAID without payment_id or a valid amount_cents: %s", ErrBadResponse, snippet(body))
+			return Status{}, fmt.Errorf("%w: PAID without payment_id or a valid amount_cents: %s", ErrBadResponse, Snippet(body))
 		}
 	case StateNotPaid, StatePending, StateClosed:
 	default:
@@ -335,18 +329,18 @@ func (g *HTTPGateway) close(ctx context.Context, orderID, paymentID string) erro
 		switch {
 		case code == http.StatusOK:
 			if jsonErr != nil || b.Status != string(StateClosed) {
-				return broken, fmt.Errorf("%w: 200 without {\"status\":\"CLOSED\"}: %s", ErrBadResponse, snippet(body))
+				return broken, fmt.Errorf("%w: 200 without {\"status\":\"CLOSED\"}: %s", ErrBadResponse, Snippet(body))
 			}
 			return answered, nil
 		case code == http.StatusConflict:
 			if jsonErr == nil && b.Status == string(StatePaid) {
 				return answered, ErrAlreadyPaid
 			}
-			return answered, fmt.Errorf("%w: 409 without {\"status\":\"PAID\"}: %s", ErrBadResponse, snippet(body))
+			return answered, fmt.Errorf("%w: 409 without {\"status\":\"PAID\"}: %s", ErrBadResponse, Snippet(body))
 		case code >= 500:
-			return transient, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
+			return transient, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, Snippet(body))
 		}
-		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, snippet(body))
+		return answered, fmt.Errorf("%w: %d: %s", ErrBadResponse, code, Snippet(body))
 	})
 	if err != nil {
 		if paymentID != "" {
@@ -477,17 +471,4 @@ func (g *HTTPGateway) send(ctx context.Context, method, u string, interpret func
 		return broken, fmt.Errorf("%w: answer over %d bytes", ErrBadResponse, maxResponseBytes)
 	}
 	return interpret(resp.StatusCode, body)
-}
-
-// snippet is the start of a body, for an error message.
-func snippet(body []byte) string {
-	const max = 200
-	b := bytes.TrimSpace(body)
-	if len(b) == 0 {
-		return "(empty body)"
-	}
-	if len(b) > max {
-		return fmt.Sprintf("%q…", b[:max])
-	}
-	return fmt.Sprintf("%q", b)
 }

@@ -21,7 +21,6 @@
 package alipay
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/rsa"
@@ -125,10 +124,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{
-			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		cfg.HTTPClient = payment.NewHTTPClient()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -297,7 +293,7 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 		return tradeResponse{}, fmt.Errorf("%s: reading the answer (%d): %w", method, resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return tradeResponse{}, fmt.Errorf("%w: %s: HTTP %d: %s", ErrBadResponse, method, resp.StatusCode, snippet(body))
+		return tradeResponse{}, fmt.Errorf("%w: %s: HTTP %d: %s", ErrBadResponse, method, resp.StatusCode, payment.Snippet(body))
 	}
 	if len(body) > maxResponseBytes {
 		return tradeResponse{}, fmt.Errorf("%w: %s: answer over %d bytes", ErrBadResponse, method, maxResponseBytes)
@@ -311,7 +307,7 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 		return tradeResponse{}, fmt.Errorf("%w: %s: malformed response object: %v", ErrBadResponse, method, err)
 	}
 	if r.Code == "" {
-		return tradeResponse{}, fmt.Errorf("%w: %s: response without a code: %s", ErrBadResponse, method, snippet(raw))
+		return tradeResponse{}, fmt.Errorf("%w: %s: response without a code: %s", ErrBadResponse, method, payment.Snippet(raw))
 	}
 	return r, nil
 }
@@ -321,7 +317,7 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 func (g *Gateway) verifyResponse(method string, body []byte) ([]byte, error) {
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(body, &env); err != nil {
-		return nil, fmt.Errorf("%w: %s: not JSON: %v: %s", ErrBadResponse, method, err, snippet(body))
+		return nil, fmt.Errorf("%w: %s: not JSON: %v: %s", ErrBadResponse, method, err, payment.Snippet(body))
 	}
 	key := strings.ReplaceAll(method, ".", "_") + "_response"
 	raw, ok := env[key]
@@ -329,13 +325,13 @@ func (g *Gateway) verifyResponse(method string, body []byte) ([]byte, error) {
 		// A gateway-level error (a wrong app_id, a bad request signature)
 		// comes as error_response; it is shown, never acted on.
 		if e, ok := env["error_response"]; ok {
-			return nil, fmt.Errorf("%w: %s: error_response %s", ErrBadResponse, method, snippet(e))
+			return nil, fmt.Errorf("%w: %s: error_response %s", ErrBadResponse, method, payment.Snippet(e))
 		}
-		return nil, fmt.Errorf("%w: %s: no %s in the answer: %s", ErrBadResponse, method, key, snippet(body))
+		return nil, fmt.Errorf("%w: %s: no %s in the answer: %s", ErrBadResponse, method, key, payment.Snippet(body))
 	}
 	var sig string
 	if s, ok := env["sign"]; !ok || json.Unmarshal(s, &sig) != nil || sig == "" {
-		return nil, fmt.Errorf("%w: %s: unsigned response: %s", ErrBadResponse, method, snippet(body))
+		return nil, fmt.Errorf("%w: %s: unsigned response: %s", ErrBadResponse, method, payment.Snippet(body))
 	}
 	if err := Verify(g.cfg.AlipayPublicKey, raw, sig); err != nil {
 		return nil, fmt.Errorf("%w: %s: response signature: %w", ErrBadResponse, method, err)
@@ -414,17 +410,4 @@ func Verify(key *rsa.PublicKey, content []byte, sig string) error {
 		return errSignature
 	}
 	return nil
-}
-
-// snippet is the start of a body, for an error message.
-func snippet(body []byte) string {
-	const max = 200
-	b := bytes.TrimSpace(body)
-	if len(b) == 0 {
-		return "(empty body)"
-	}
-	if len(b) > max {
-		return fmt.Sprintf("%q…", b[:max])
-	}
-	return fmt.Sprintf("%q", b)
 }

@@ -105,10 +105,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{
-			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		hc = payment.NewHTTPClient()
 	} else {
 		c := *hc
 		hc = &c

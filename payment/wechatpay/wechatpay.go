@@ -111,10 +111,7 @@ func (c *Config) setDefaults() {
 		c.Tolerance = DefaultTolerance
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{
-			Transport:     http.DefaultTransport.(*http.Transport).Clone(),
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		c.HTTPClient = payment.NewHTTPClient()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -289,13 +286,13 @@ func (g *Gateway) query(ctx context.Context, outTradeNo string) (payment.Status,
 		if e := parseAPIError(body); e.Code == "ORDER_NOT_EXIST" {
 			return payment.Status{State: payment.StateNotPaid}, false, nil
 		}
-		return payment.Status{}, false, fmt.Errorf("%w: query: 404 without ORDER_NOT_EXIST: %s", ErrBadResponse, snippet(body))
+		return payment.Status{}, false, fmt.Errorf("%w: query: 404 without ORDER_NOT_EXIST: %s", ErrBadResponse, payment.Snippet(body))
 	default:
-		return payment.Status{}, false, fmt.Errorf("%w: query: HTTP %d: %s", ErrBadResponse, code, snippet(body))
+		return payment.Status{}, false, fmt.Errorf("%w: query: HTTP %d: %s", ErrBadResponse, code, payment.Snippet(body))
 	}
 	var tx Transaction
 	if err := json.Unmarshal(body, &tx); err != nil {
-		return payment.Status{}, false, fmt.Errorf("%w: query: malformed transaction: %v: %s", ErrBadResponse, err, snippet(body))
+		return payment.Status{}, false, fmt.Errorf("%w: query: malformed transaction: %v: %s", ErrBadResponse, err, payment.Snippet(body))
 	}
 	if tx.OutTradeNo != outTradeNo || tx.MchID != g.cfg.MchID {
 		return payment.Status{}, false, fmt.Errorf("%w: query: the answer is about out_trade_no %q of mchid %q", ErrBadResponse, tx.OutTradeNo, tx.MchID)
@@ -349,7 +346,7 @@ func (g *Gateway) close(ctx context.Context, outTradeNo string) error {
 		e := parseAPIError(answer)
 		refused = fmt.Sprintf("close answered %d %s (%s)", code, e.Code, e.Message)
 	default:
-		return fmt.Errorf("%w: close: HTTP %d: %s", ErrBadResponse, code, snippet(answer))
+		return fmt.Errorf("%w: close: HTTP %d: %s", ErrBadResponse, code, payment.Snippet(answer))
 	}
 	st, known, err := g.query(ctx, outTradeNo)
 	if err != nil {
@@ -412,7 +409,7 @@ func (g *Gateway) do(ctx context.Context, method, path string, body []byte) (int
 		return 0, nil, fmt.Errorf("%w: %s %s: answer over %d bytes", ErrBadResponse, method, path, maxResponseBytes)
 	}
 	if resp.StatusCode >= 500 {
-		return 0, nil, fmt.Errorf("%w: %s %s: HTTP %d: %s", ErrBadResponse, method, path, resp.StatusCode, snippet(answer))
+		return 0, nil, fmt.Errorf("%w: %s %s: HTTP %d: %s", ErrBadResponse, method, path, resp.StatusCode, payment.Snippet(answer))
 	}
 	if err := g.v.verify(resp.Header, answer); err != nil {
 		return 0, nil, fmt.Errorf("%w: %s %s: HTTP %d, response signature: %w", ErrBadResponse, method, path, resp.StatusCode, err)
@@ -436,17 +433,4 @@ func (g *Gateway) authorization(method, uri string, body []byte) (string, error)
 	}
 	return fmt.Sprintf(`%s mchid="%s",nonce_str="%s",signature="%s",timestamp="%s",serial_no="%s"`,
 		signatureType, g.cfg.MchID, nonce, base64.StdEncoding.EncodeToString(sig), ts, g.cfg.SerialNo), nil
-}
-
-// snippet is the start of a body, for an error message.
-func snippet(body []byte) string {
-	const max = 200
-	b := bytes.TrimSpace(body)
-	if len(b) == 0 {
-		return "(empty body)"
-	}
-	if len(b) > max {
-		return fmt.Sprintf("%q…", b[:max])
-	}
-	return fmt.Sprintf("%q", b)
 }
