@@ -1,6 +1,7 @@
 package lapse
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -129,7 +130,7 @@ func (p *poller) claim(ctx context.Context, batch, width int) (store.CancelDueRe
 	)
 	for i, res := range results {
 		if errs[i] != nil {
-			first = cmpErr(first, errs[i])
+			first = cmp.Or(first, errs[i])
 			continue
 		}
 		full = full || len(res.Cancelled) == batch
@@ -141,13 +142,6 @@ func (p *poller) claim(ctx context.Context, batch, width int) (store.CancelDueRe
 		}
 	}
 	return last, full, first
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // untilNext is how long to sleep: until the next deadline (sql timers), never

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,14 +138,6 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	pool := pg.pool
-
-	best := func(rates []float64) float64 {
-		m := 0.0
-		for _, r := range rates {
-			m = max(m, r)
-		}
-		return m
-	}
 
 	// The pending orders, and the seeds.
 	t0 := time.Now()
@@ -293,8 +286,8 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fullRates = append(fullRates, f)
 		progress("creates: %.0f/s on the empty table, %.0f/s with %d orders in it", r, f, *history+*pending)
 	}
-	res.CreatesEmpty, res.CreateSpreadEmpty = best(emptyRates), rateList(emptyRates)
-	res.CreatesFull, res.CreateSpreadFull = best(fullRates), rateList(fullRates)
+	res.CreatesEmpty, res.CreateSpreadEmpty = slices.Max(emptyRates), rateList(emptyRates)
+	res.CreatesFull, res.CreateSpreadFull = slices.Max(fullRates), rateList(fullRates)
 	res.LoadAvgAtEnd, res.TookSec = loadAvg(), time.Since(start).Seconds()
 
 	if *asJSON {
