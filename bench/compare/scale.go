@@ -148,7 +148,7 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// As autovacuum would before long: the seed's page query is planned on
 	// the table's statistics, and a table of a million rows that has none
 	// looks empty to the planner.
-	if err := execIn(ctx, pg, schema, "ANALYZE", 0, ""); err != nil {
+	if err := execIn(ctx, pg, schema, "ANALYZE"); err != nil {
 		return err
 	}
 	progress("%d pending orders written in %.1fs", *pending, res.InsertPendingSec)
@@ -232,7 +232,7 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			progress("history: %d of %d orders written", done+n, *history)
 		}
 		res.InsertHistorySec = time.Since(t0).Seconds()
-		if err := execIn(ctx, pg, schema, "ANALYZE", 0, ""); err != nil {
+		if err := execIn(ctx, pg, schema, "ANALYZE"); err != nil {
 			return err
 		}
 	}
@@ -368,7 +368,7 @@ func createMany(ctx context.Context, svc *lapse.Service, n, conc int, tag string
 // connection of its own, as a bulk load: synchronous_commit off, and no
 // foreign-key triggers (session_replication_role replica, which needs a
 // superuser; the rows written are consistent by construction).
-func execIn(ctx context.Context, pg *pgAdmin, schema, sql string, n int, prefix string) error {
+func execIn(ctx context.Context, pg *pgAdmin, schema, sql string, args ...any) error {
 	conn, err := pg.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -379,11 +379,7 @@ func execIn(ctx context.Context, pg *pgAdmin, schema, sql string, n int, prefix 
 		return err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "RESET search_path; RESET synchronous_commit; RESET session_replication_role") //nolint:errcheck // best effort
-	if prefix == "" {
-		_, err = conn.Exec(ctx, sql)
-	} else {
-		_, err = conn.Exec(ctx, sql, n, prefix)
-	}
+	_, err = conn.Exec(ctx, sql, args...)
 	return err
 }
 
