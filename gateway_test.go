@@ -296,17 +296,21 @@ func TestCheckAsksEachOpenAttempt(t *testing.T) {
 	gw := newAttempts()
 	svc := gatewayService(t, gw)
 	ctx := context.Background()
-	create(t, svc, "two-cards", 300*time.Millisecond)
+	// The deadline leaves room for both attempts on a loaded machine: an
+	// attempt started after it is refused, which is not this test.
+	create(t, svc, "two-cards", 1500*time.Millisecond)
 	if _, err := svc.PayAttempt(ctx, "two-cards", "card-1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.PayAttempt(ctx, "two-cards", "card-2"); err != nil {
 		t.Fatal(err)
 	}
+	// The buyer pays with card-2 and no notification arrives: only the
+	// check at the deadline can learn it.
+	gw.set("card-2", payment.Status{State: payment.StatePaid, PaymentID: "card-2", AmountCents: 100})
 	// The buyer switched cards: card-1 is closed at the gateway at once.
 	waitFor(t, 5*time.Second, "the superseded attempt closed", func() bool { return gw.closes("card-1") >= 1 })
-	gw.set("card-2", payment.Status{State: payment.StatePaid, PaymentID: "card-2", AmountCents: 100})
-	waitFor(t, 5*time.Second, "the order paid by card-2", func() bool { return status(t, svc, "two-cards") == order.Paid })
+	waitFor(t, 10*time.Second, "the order paid by card-2", func() bool { return status(t, svc, "two-cards") == order.Paid })
 	o, err := svc.Get(ctx, "two-cards")
 	if err != nil || o.PaymentID != "card-2" || !hasPayment(o, "card-2", order.PaymentSucceeded) {
 		t.Fatalf("after the check: %+v %v", o, err)
