@@ -7,8 +7,23 @@
 // from one of two sources:
 //
 //   - the query API (Params.Gateway): one Query per lapse order in the range,
-//     Concurrency at a time. It cannot see payments of orders lapse does not
-//     have, so it never reports KindUnknownToLapse;
+//     Concurrency orders at a time. It cannot see payments of orders lapse
+//     does not have, so it never reports KindUnknownToLapse. A gateway that
+//     keeps a trade per payment attempt (payment.AttemptGateway: Stripe,
+//     Alipay, WeChat Pay) knows payments, not orders: it is asked instead
+//     about each payment attempt lapse recorded of the order (QueryAttempt
+//     by payment_id; settled attempts too, not only the open ones the
+//     service's check asks about), and the order is compared attempt by
+//     attempt (compareAttempts): a PAID order must have exactly its paying
+//     attempt PAID, of its amount; any other attempt PAID is money lapse
+//     does not account for (cancelled_but_paid, duplicate_payment,
+//     payment_id_mismatch, paid_but_open) unless lapse flagged it
+//     refund_required (a known refund). An order without attempts is not
+//     asked about — lapse opened no trade for it — and must not be PAID. An
+//     attempt the gateway cannot answer about (an error, a payment it does
+//     not know, a state lapse does not know) makes the order an OrderError,
+//     never NOT_PAID: at such a gateway "no such payment" may be a wrong key
+//     or account as well as a trade never opened;
 //   - a statement (Params.Statement): CSV lines order_id,payment_id,status,
 //     amount_cents, as a gateway's daily settlement file gives them (see
 //     ParseStatement for the format). An order of the range with no line is
@@ -52,7 +67,9 @@ const (
 	// order, of different amounts.
 	KindAmountMismatch Kind = "amount_mismatch"
 	// KindPaymentIDMismatch: lapse and the gateway both hold a payment for
-	// the order, with different payment ids.
+	// the order, with different payment ids (asked per attempt: lapse's
+	// paying attempt is not paid at the gateway, another attempt is; the
+	// row names the gateway's).
 	KindPaymentIDMismatch Kind = "payment_id_mismatch"
 	// KindUnknownToLapse: the statement has a PAID line for an order lapse
 	// does not have at all (statement source only).
@@ -60,7 +77,8 @@ const (
 	// KindPaidButNotAtGateway: lapse recorded a successful payment (the order
 	// is PAID, or CANCELLED with refund_required) that the gateway does not
 	// have: it answers NOT_PAID, CLOSED or PENDING, or the statement has no
-	// line for the order. Goods may ship unpaid.
+	// line for the order, or (a gateway asked per attempt) lapse recorded no
+	// attempt of a PAID order to ask about. Goods may ship unpaid.
 	KindPaidButNotAtGateway Kind = "paid_but_not_at_gateway"
 	// KindPaidButOpen: the gateway has the order PAID while lapse still has
 	// it PENDING or PAYING: the callback was lost and no gateway check has
@@ -71,12 +89,14 @@ const (
 	// may still be charged.
 	KindCancelledButPending Kind = "cancelled_but_pending"
 	// KindDuplicatePayment: the statement has two PAID lines of one order
-	// with different payment ids: the buyer was charged twice (statement
-	// source only).
+	// with different payment ids, or a gateway asked per attempt has another
+	// attempt of a PAID order paid besides the one that paid it: the buyer
+	// was charged twice. The query API by order cannot see it.
 	KindDuplicatePayment Kind = "duplicate_payment"
 	// KindKnownRefund is not a mismatch: lapse already flagged the order
-	// refund_required (a payment arrived after the cancel) and the gateway
-	// agrees it was paid. Such rows go to Report.KnownRefunds, the refunds
+	// refund_required (a payment arrived after the cancel; asked per
+	// attempt, also one that came besides the payment of a PAID order) and
+	// the gateway agrees it was paid. Such rows go to Report.KnownRefunds, the refunds
 	// still owed (lapse cannot tell whether one was made since).
 	KindKnownRefund Kind = "known_refund"
 )
@@ -85,15 +105,17 @@ const (
 type Params struct {
 	// Orders is lapse's side. Required.
 	Orders store.Orders
-	// Gateway is queried for every lapse order in the range. Exactly one of
-	// Gateway and Statement is required.
+	// Gateway is queried for every lapse order in the range — about each
+	// of its payment attempts when it is a payment.AttemptGateway. Exactly
+	// one of Gateway and Statement is required.
 	Gateway payment.Gateway
 	// Statement is the gateway's records as CSV (see ParseStatement).
 	Statement io.Reader
 	// From and To bound the orders' created_at: From <= created_at < To. A
 	// zero From is the beginning of time; a zero To is no upper bound.
 	From, To time.Time
-	// Concurrency bounds the gateway queries in flight. Defaults to 8.
+	// Concurrency bounds the gateway queries in flight (per attempt: the
+	// orders being asked about, one attempt at a time each). Defaults to 8.
 	Concurrency int
 	// PageSize is how many orders are read from the store at a time.
 	// Defaults to 500.
@@ -109,7 +131,8 @@ type Report struct {
 	// Orders is how many lapse orders of the range were compared.
 	Orders int `json:"orders"`
 	// GatewayRecords is how many orders the gateway told about: queries
-	// answered, or distinct orders in the statement.
+	// answered (per attempt: orders with attempts, every one answered), or
+	// distinct orders in the statement.
 	GatewayRecords int `json:"gateway_records"`
 	// Ignored counts the statement's orders not compared: those lapse has
 	// outside the range, and unpaid ones of orders not in the range.
@@ -194,20 +217,44 @@ func sortMismatches(ms []Mismatch) {
 }
 
 type run struct {
-	p   Params
-	mu  sync.Mutex // guards rep while queries run
-	rep Report
+	p Params
+	// attempts is Params.Gateway when it keeps a trade per payment attempt:
+	// orders are then read with their attempts, and each attempt asked about.
+	attempts payment.AttemptGateway
+	mu       sync.Mutex // guards rep while queries run
+	rep      Report
 }
 
 func (r *run) add(o order.Order, g payment.Status, absent bool) {
 	ms, refund := compare(o, g, absent)
+	var refunds []Mismatch
+	if refund != nil {
+		refunds = []Mismatch{*refund}
+	}
+	r.record(ms, refunds)
+}
+
+// record counts one order compared, with what the comparison found.
+func (r *run) record(ms, refunds []Mismatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rep.Orders++
 	r.rep.Mismatches = append(r.rep.Mismatches, ms...)
-	if refund != nil {
-		r.rep.KnownRefunds = append(r.rep.KnownRefunds, *refund)
-	}
+	r.rep.KnownRefunds = append(r.rep.KnownRefunds, refunds...)
+}
+
+// fail reports an order whose gateway state could not be learnt.
+func (r *run) fail(id string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Errors = append(r.rep.Errors, OrderError{OrderID: id, Error: err.Error()})
+}
+
+// answered counts an order the gateway told about.
+func (r *run) answered() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.GatewayRecords++
 }
 
 // eachOrder calls f for every order created in the range, newest first,
@@ -226,9 +273,11 @@ func (r *run) eachOrder(ctx context.Context, f func(order.Order) error) error {
 			if !r.p.From.IsZero() && o.CreatedAt.Before(r.p.From) {
 				return nil
 			}
-			if o.RefundRequired {
-				// Its attempts say which payments are to give back (pages
-				// of orders do not carry them; flagged orders are few).
+			if o.RefundRequired || r.attempts != nil {
+				// Its attempts say which payments are to give back, or
+				// which trades to ask about (pages of orders do not carry
+				// them; flagged orders are few, and a gateway asked per
+				// attempt costs more than the read).
 				full, err := r.p.Orders.GetOrder(ctx, o.ID)
 				if err != nil {
 					return fmt.Errorf("reconcile: read the payments of %s: %w", o.ID, err)
@@ -248,6 +297,7 @@ func (r *run) eachOrder(ctx context.Context, f func(order.Order) error) error {
 
 func (r *run) fromGateway(ctx context.Context) error {
 	r.rep.Source = "gateway"
+	r.attempts, _ = r.p.Gateway.(payment.AttemptGateway)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	jobs := make(chan order.Order)
@@ -255,16 +305,16 @@ func (r *run) fromGateway(ctx context.Context) error {
 	for range r.p.Concurrency {
 		wg.Go(func() {
 			for o := range jobs {
-				st, err := r.p.Gateway.Query(ctx, o.ID)
-				if err != nil {
-					r.mu.Lock()
-					r.rep.Errors = append(r.rep.Errors, OrderError{OrderID: o.ID, Error: err.Error()})
-					r.mu.Unlock()
+				if r.attempts != nil {
+					r.byAttempt(ctx, o)
 					continue
 				}
-				r.mu.Lock()
-				r.rep.GatewayRecords++
-				r.mu.Unlock()
+				st, err := r.p.Gateway.Query(ctx, o.ID)
+				if err != nil {
+					r.fail(o.ID, err)
+					continue
+				}
+				r.answered()
 				r.add(o, st, false)
 			}
 		})
@@ -283,6 +333,21 @@ func (r *run) fromGateway(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	return err
+}
+
+// byAttempt compares o (its attempts loaded) with what the gateway says
+// of each of its payment attempts. An order without attempts is not asked
+// about: lapse opened no trade for it.
+func (r *run) byAttempt(ctx context.Context, o order.Order) {
+	as, err := askAttempts(ctx, r.attempts, o)
+	if err != nil {
+		r.fail(o.ID, err)
+		return
+	}
+	if len(as) > 0 {
+		r.answered()
+	}
+	r.record(compareAttempts(o, as))
 }
 
 func (r *run) fromStatement(ctx context.Context) error {

@@ -41,8 +41,12 @@ func WriteTable(w io.Writer, rep Report) error {
 			if lapse == "" {
 				lapse, lapseAmount = "-", "-"
 			}
+			gateway := string(m.GatewayStatus)
+			if gateway == "" { // not asked: lapse recorded no attempt to ask about
+				gateway = "-"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Kind, idCell(m.OrderID), lapse, lapseAmount,
-				m.GatewayStatus, m.GatewayAmount, idCell(m.PaymentID), cell(m.Detail))
+				gateway, m.GatewayAmount, idCell(m.PaymentID), cell(m.Detail))
 		}
 	}
 	section("MISMATCHES", rep.Mismatches)
