@@ -5,14 +5,18 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,5 +191,163 @@ func TestAlipayNotificationThroughServe(t *testing.T) {
 	}
 	if o := s.call("GET", "/v1/orders/cn-1", "", 200); o["status"] != "PAID" || o["payment_id"] != "ali-cn-1" {
 		t.Fatalf("after the notification: %v by %v", o["status"], o["payment_id"])
+	}
+}
+
+// localAlipay plays Alipay's OpenAPI gateway — alipay.trade.query and
+// alipay.trade.close, with the documented request and response shapes — for
+// lapse run as a process: it checks every request's signature with the
+// app's public key and signs every answer with Alipay's key. Trades are
+// kept by out_trade_no (lapse's payment_id).
+type localAlipay struct {
+	t     *testing.T
+	url   string
+	files cnFiles
+
+	mu     sync.Mutex
+	trades map[string]alipayTrade
+	calls  map[string]int // by method
+}
+
+type alipayTrade struct {
+	status string // WAIT_BUYER_PAY, TRADE_SUCCESS, TRADE_CLOSED
+	cents  int64
+}
+
+func newLocalAlipay(t *testing.T, f cnFiles) *localAlipay {
+	a := &localAlipay{t: t, files: f, trades: map[string]alipayTrade{}, calls: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(a.serve))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL + "/gateway.do"
+	return a
+}
+
+func (a *localAlipay) set(outTradeNo, status string, cents int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.trades[outTradeNo] = alipayTrade{status, cents}
+}
+
+func (a *localAlipay) trade(outTradeNo string) alipayTrade {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.trades[outTradeNo]
+}
+
+func (a *localAlipay) count(method string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls[method]
+}
+
+func (a *localAlipay) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	v := r.PostForm
+	method := v.Get("method")
+	content, err := alipay.SignContent(v, "sign")
+	if err == nil {
+		err = alipay.Verify(&cnKeys()[0].PublicKey, []byte(content), v.Get("sign"))
+	}
+	if err != nil {
+		a.t.Errorf("local Alipay: %s: the request's signature: %v", method, err)
+		a.write(w, method, map[string]any{"code": "40002", "msg": "Invalid Arguments", "sub_code": "isv.invalid-signature"})
+		return
+	}
+	var biz struct {
+		OutTradeNo string `json:"out_trade_no"`
+	}
+	_ = json.Unmarshal([]byte(v.Get("biz_content")), &biz)
+	a.mu.Lock()
+	a.calls[method]++
+	tr, ok := a.trades[biz.OutTradeNo]
+	var resp map[string]any
+	switch {
+	case method != "alipay.trade.query" && method != "alipay.trade.close":
+		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "isv.invalid-method"}
+	case !ok:
+		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_NOT_EXIST", "sub_msg": "交易不存在"}
+	case method == "alipay.trade.query":
+		resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo,
+			"trade_status": tr.status, "total_amount": alipay.FormatAmount(tr.cents)}
+	case tr.status == "WAIT_BUYER_PAY":
+		a.trades[biz.OutTradeNo] = alipayTrade{"TRADE_CLOSED", 0}
+		resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo}
+	default: // paid or closed
+		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_STATUS_ERROR", "sub_msg": "交易状态不合法"}
+	}
+	a.mu.Unlock()
+	a.write(w, method, resp)
+}
+
+// write answers {"<method>_response": obj, "sign": …}, signed with Alipay's key.
+func (a *localAlipay) write(w http.ResponseWriter, method string, obj map[string]any) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		a.t.Errorf("local Alipay: %v", err)
+		return
+	}
+	sig, err := alipay.SignBytes(a.files.alipayKey, raw)
+	if err != nil {
+		a.t.Errorf("local Alipay: %v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html;charset=utf-8") // as Alipay does
+	fmt.Fprintf(w, `{"%s":%s,"sign":"%s"}`, strings.ReplaceAll(method, ".", "_")+"_response", raw, sig)
+}
+
+// `lapse reconcile --gateway alipay` asks Alipay about each trade
+// (out_trade_no: the payment_id) lapse recorded of an order, on a store
+// that `lapse serve --gateway alipay` filled against the same local Alipay:
+// clean, then a superseded trade of a cancelled order found paid and the
+// paid order's trade of another amount.
+func TestReconcileWithAlipay(t *testing.T) {
+	t.Parallel()
+	f := writeCNFiles(t)
+	ali := newLocalAlipay(t, f)
+	gateway := []string{"--gateway", "alipay", "--alipay-app-id", "2021000000000001", "--alipay-private-key-file", f.privateKey,
+		"--alipay-public-key-file", f.publicKey, "--alipay-gateway-url", ali.url}
+	db := "sqlite://" + filepath.Join(t.TempDir(), "lapse.db")
+	s := startServe(t, nil, append([]string{"--store", db, "--grace", "0s"}, gateway...)...)
+	s.call("PUT", "/v1/skus/tee", `{"available": 5}`, 200)
+	for _, id := range []string{"cn-paid", "cn-cancelled", "cn-abandoned"} {
+		s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":%q,"items":[{"sku":"tee","qty":1}],"amount_cents":999,"currency":"CNY","timeout_seconds":1}`, id), 201)
+	}
+	for _, no := range []string{"ali-paid", "ali-old", "ali-new"} {
+		ali.set(no, "WAIT_BUYER_PAY", 0) // the buyer scanned each code
+	}
+	s.call("POST", "/v1/orders/cn-paid/pay", `{"payment_id":"ali-paid"}`, 200)
+	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-old"}`, 200)
+	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-new"}`, 200)
+	ali.set("ali-paid", "TRADE_SUCCESS", 999) // the deadline's check finds it paid
+	s.waitStatus("cn-paid", "PAID", 15*time.Second)
+	s.waitStatus("cn-cancelled", "CANCELLED", 15*time.Second)
+	s.waitStatus("cn-abandoned", "CANCELLED", 15*time.Second)
+	s.stop()
+	for _, no := range []string{"ali-old", "ali-new"} {
+		if tr := ali.trade(no); tr.status != "TRADE_CLOSED" {
+			t.Fatalf("%s after lapse serve: %s, want TRADE_CLOSED", no, tr.status)
+		}
+	}
+
+	queries, closes := ali.count("alipay.trade.query"), ali.count("alipay.trade.close")
+	rep, stderr, code := reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
+	if code != 0 || !rep.OK() || rep.Orders != 3 || rep.GatewayRecords != 2 {
+		t.Fatalf("reconcile of a store Alipay agrees with: exit %d, %+v\n%s", code, rep, stderr)
+	}
+	if q, c := ali.count("alipay.trade.query")-queries, ali.count("alipay.trade.close")-closes; q != 3 || c != 0 {
+		t.Errorf("reconcile made %d trade.query and %d trade.close calls; want 3 (one per trade) and none", q, c)
+	}
+
+	// ali-old, closed when ali-new superseded it, is paid after all; and
+	// Alipay has ali-paid for another amount than the order's.
+	ali.set("ali-old", "TRADE_SUCCESS", 999)
+	ali.set("ali-paid", "TRADE_SUCCESS", 990)
+	rep, stderr, code = reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
+	want := []string{"amount_mismatch cn-paid ali-paid", "cancelled_but_paid cn-cancelled ali-old"}
+	if got := mismatchRows(rep.Mismatches); code != 1 || !slices.Equal(got, want) || len(rep.Errors) != 0 {
+		t.Fatalf("exit %d, mismatches %q, errors %v; want 1 and %q\n%s", code, got, rep.Errors, want, stderr)
 	}
 }

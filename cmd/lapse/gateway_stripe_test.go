@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,11 +58,15 @@ func TestServeWithStripe(t *testing.T) {
 	}
 }
 
-// A refused start says what is wrong, never the key or the secret.
+// A refused start — of lapse serve, of lapse reconcile — says what is
+// wrong, never the key or the secret.
 func TestServeRefusesABadStripeConfiguration(t *testing.T) {
 	t.Parallel()
 	const key = "sk_test_refusedKey4242"
 	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	if out, code := lapseCmd(t, nil, "migrate", "--store", db); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
 	keyFile := writeSecret(t, key)
 	for _, c := range []struct {
 		env  []string
@@ -76,16 +81,108 @@ func TestServeRefusesABadStripeConfiguration(t *testing.T) {
 		{[]string{"LAPSE_STRIPE_WEBHOOK_SECRET=" + key}, []string{"--gateway", "stripe", "--stripe-key-file", keyFile}, "does not start with whsec_"},
 		{nil, []string{"--gateway", "stripe", "--stripe-key-file", keyFile, "--gateway-token", "refusedKey4242"}, "--gateway-token is for lapse's JSON protocol"},
 	} {
-		out, code := lapseCmd(t, c.env, append([]string{"serve", "--store", db}, c.args...)...)
-		if code == 0 || !strings.Contains(out, c.want) {
-			t.Errorf("%v %v: exit %d, want an error with %q:\n%s", c.env, c.args, code, c.want, out)
-		}
-		if strings.Contains(out, "refusedKey4242") {
-			t.Errorf("%v %v: the output shows the key:\n%s", c.env, c.args, out)
+		for _, command := range []string{"serve", "reconcile"} {
+			out, code := lapseCmd(t, c.env, append([]string{command, "--store", db}, c.args...)...)
+			if code == 0 || !strings.Contains(out, c.want) {
+				t.Errorf("%s %v %v: exit %d, want an error with %q:\n%s", command, c.env, c.args, code, c.want, out)
+			}
+			if command == "reconcile" && code != 2 {
+				t.Errorf("reconcile %v %v: exit %d, want 2 (could not compare)", c.env, c.args, code)
+			}
+			if strings.Contains(out, "refusedKey4242") {
+				t.Errorf("%s %v %v: the output shows the key:\n%s", command, c.env, c.args, out)
+			}
 		}
 	}
-	out, code := lapseCmd(t, nil, "reconcile", "--store", db, "--gateway", "stripe", "--stripe-key-file", keyFile)
-	if code != 2 || !strings.Contains(out, "--gateway stripe is not supported") {
-		t.Errorf("reconcile --gateway stripe: exit %d:\n%s", code, out)
+}
+
+// `lapse reconcile --gateway stripe` asks Stripe about each PaymentIntent
+// lapse recorded of an order — the paying one, a superseded one — on a store
+// that `lapse serve --gateway stripe` filled: clean, then a superseded
+// PaymentIntent of a cancelled order found succeeded (money taken for a
+// cancelled order), then a PaymentIntent Stripe does not know (an error,
+// never "not paid").
+func TestReconcileWithStripe(t *testing.T) {
+	t.Parallel()
+	const key = "sk_test_reconcileKey5151"
+	fs := stripetest.New(t, key)
+	for _, id := range []string{"pi_rcpaid", "pi_rcold", "pi_rcnew"} {
+		fs.Set(stripetest.PaymentIntent{ID: id, Status: "requires_payment_method", Amount: 999})
+	}
+	keyFile := writeSecret(t, key+"\n")
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	gateway := []string{"--gateway", "stripe", "--stripe-key-file", keyFile, "--stripe-api-base", fs.URL}
+	s := startServe(t, nil, append([]string{"--store", db, "--grace", "0s"}, gateway...)...)
+	s.call("PUT", "/v1/skus/tee", `{"available": 5}`, 200)
+	for _, id := range []string{"o-paid", "o-cancelled", "o-abandoned"} {
+		s.call("POST", "/v1/orders", fmt.Sprintf(`{"id": %q, "items": [{"sku": "tee", "qty": 1}], "amount_cents": 999, "timeout_seconds": 1}`, id), 201)
+	}
+	s.call("POST", "/v1/orders/o-paid/pay", `{"payment_id": "pi_rcpaid"}`, 200)
+	// The buyer opens a checkout, then another: the first is superseded.
+	s.call("POST", "/v1/orders/o-cancelled/pay", `{"payment_id": "pi_rcold"}`, 200)
+	s.call("POST", "/v1/orders/o-cancelled/pay", `{"payment_id": "pi_rcnew"}`, 200)
+	fs.SetStatus("pi_rcpaid", "succeeded") // the deadline's check finds it paid
+	s.waitStatus("o-paid", "PAID", 15*time.Second)
+	s.waitStatus("o-cancelled", "CANCELLED", 15*time.Second)
+	s.waitStatus("o-abandoned", "CANCELLED", 15*time.Second)
+	s.stop()
+
+	retrieves := func() (n []int) {
+		for _, id := range []string{"pi_rcpaid", "pi_rcold", "pi_rcnew"} {
+			n = append(n, fs.Count("GET /v1/payment_intents/"+id))
+		}
+		return n
+	}
+	posts := func() (n int) {
+		for _, c := range fs.Calls() {
+			if strings.HasPrefix(c, "POST ") {
+				n++
+			}
+		}
+		return n
+	}
+	before, postsBefore := retrieves(), posts()
+	rep, stderr, code := reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
+	if code != 0 || !rep.OK() || rep.Orders != 3 || rep.GatewayRecords != 2 {
+		t.Fatalf("reconcile of a store Stripe agrees with: exit %d, %+v\n%s", code, rep, stderr)
+	}
+	after := retrieves()
+	for i := range after {
+		if after[i] != before[i]+1 {
+			t.Errorf("PaymentIntents retrieved %v before reconcile, %v after: want each once more", before, after)
+			break
+		}
+	}
+	if posts() != postsBefore {
+		t.Errorf("reconcile sent POSTs to Stripe: %q", fs.Calls())
+	}
+
+	// pi_rcold, closed when pi_rcnew superseded it, went through after all.
+	fs.SetStatus("pi_rcold", "succeeded")
+	rep, stderr, code = reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
+	if code != 1 {
+		t.Fatalf("a cancelled order paid at Stripe: exit %d, want 1\n%+v\n%s", code, rep, stderr)
+	}
+	if got := mismatchRows(rep.Mismatches); !slices.Equal(got, []string{"cancelled_but_paid o-cancelled pi_rcold"}) || len(rep.Errors) != 0 {
+		t.Fatalf("mismatches %q, errors %v; want o-cancelled's pi_rcold cancelled_but_paid", got, rep.Errors)
+	}
+	if m := rep.Mismatches[0]; m.GatewayAmount != 999 || m.LapseStatus != "CANCELLED" || m.GatewayStatus != "PAID" {
+		t.Errorf("row %+v", m)
+	}
+
+	// A PaymentIntent Stripe does not know: an error, never "not paid"
+	// (which would report the paid order unpaid at Stripe).
+	fs.SetStatus("pi_rcold", "canceled")
+	fs.Forget("pi_rcpaid")
+	rep, stderr, code = reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
+	if code == 0 || len(rep.Mismatches) != 0 || len(rep.Errors) != 1 || rep.Errors[0].OrderID != "o-paid" ||
+		!strings.Contains(rep.Errors[0].Error, "pi_rcpaid") {
+		t.Fatalf("an unknown PaymentIntent: exit %d, mismatches %q, errors %v; want o-paid in error, no mismatch\n%s",
+			code, mismatchRows(rep.Mismatches), rep.Errors, stderr)
+	}
+	for _, out := range []string{stderr, fmt.Sprint(rep)} {
+		if strings.Contains(out, "reconcileKey5151") {
+			t.Errorf("the key shows:\n%s", out)
+		}
 	}
 }

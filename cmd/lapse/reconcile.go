@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/lapsehq/lapse/payment"
 	"io"
 	"log/slog"
 	"net/url"
@@ -47,10 +46,6 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	} else if (*gw.url == "") == (*statement == "") {
 		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE (or --inventory URL for stock)")
-		return errUsage
-	}
-	if *gw.url == "stripe" {
-		fmt.Fprintln(stderr, "lapse reconcile: --gateway stripe is not supported (Stripe is asked by PaymentIntent, not by order): reconcile from a Stripe export with --statement")
 		return errUsage
 	}
 	if *format != "table" && *format != "json" {
@@ -135,13 +130,8 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			if err != nil {
 				return couldNotRun(err)
 			}
-			if _, perAttempt := g.(payment.AttemptGateway); perAttempt {
-				// reconcile asks about each order as a whole (its id as the
-				// trade number): at a gateway with a trade per attempt every
-				// paid order would read as unknown to it.
-				fmt.Fprintf(stderr, "lapse reconcile: --gateway %s keeps a trade per payment attempt, which reconcile cannot ask about yet; export its statement and give --statement\n", *gw.url)
-				return errUsage
-			}
+			// A gateway that keeps a trade per payment attempt (Stripe,
+			// Alipay, WeChat Pay) is asked about each attempt of an order.
 			p.Gateway = g
 		}
 		rep, err := reconcile.Run(ctx, p)
