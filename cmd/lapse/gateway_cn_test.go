@@ -313,15 +313,15 @@ func TestReconcileWithAlipay(t *testing.T) {
 	s := startServe(t, nil, append([]string{"--store", db, "--grace", "0s"}, gateway...)...)
 	s.call("PUT", "/v1/skus/tee", `{"available": 5}`, 200)
 	for _, id := range []string{"cn-paid", "cn-cancelled", "cn-abandoned"} {
-		s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":%q,"items":[{"sku":"tee","qty":1}],"amount_cents":999,"currency":"CNY","timeout_seconds":1}`, id), 201)
+		s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":%q,"items":[{"sku":"tee","qty":1}],"amount_cents":999,"currency":"CNY","timeout_seconds":2}`, id), 201)
 	}
-	for _, no := range []string{"ali-paid", "ali-old", "ali-new"} {
+	for _, no := range []string{"ali-old", "ali-new"} {
 		ali.set(no, "WAIT_BUYER_PAY", 0) // the buyer scanned each code
 	}
+	ali.set("ali-paid", "TRADE_SUCCESS", 999) // paid, its notification lost: the deadline's check finds it
 	s.call("POST", "/v1/orders/cn-paid/pay", `{"payment_id":"ali-paid"}`, 200)
 	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-old"}`, 200)
 	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-new"}`, 200)
-	ali.set("ali-paid", "TRADE_SUCCESS", 999) // the deadline's check finds it paid
 	s.waitStatus("cn-paid", "PAID", 15*time.Second)
 	s.waitStatus("cn-cancelled", "CANCELLED", 15*time.Second)
 	s.waitStatus("cn-abandoned", "CANCELLED", 15*time.Second)
