@@ -96,8 +96,8 @@ const (
 	// KindKnownRefund is not a mismatch: lapse already flagged the order
 	// refund_required (a payment arrived after the cancel; asked per
 	// attempt, also one that came besides the payment of a PAID order) and
-	// the gateway agrees it was paid. Such rows go to Report.KnownRefunds, the refunds
-	// still owed (lapse cannot tell whether one was made since).
+	// the gateway agrees it was paid. Such rows go to Report.KnownRefunds,
+	// the refunds still owed (lapse cannot tell whether one was made since).
 	KindKnownRefund Kind = "known_refund"
 )
 
