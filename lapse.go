@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,6 +249,10 @@ type Service struct {
 	// the stock itself.
 	dispatch *inventory.Dispatcher
 
+	// burstUntil: until when (Unix ns) the service counts as cancelling a
+	// burst of due orders (bursting, cancel.go).
+	burstUntil atomic.Int64
+
 	early     earlyBackoff   // early timers set again (clock.go)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
 	remindSem chan struct{}
@@ -267,6 +272,9 @@ func New(cfg Config) (*Service, error) {
 	s.metrics = m
 	rc := cfg.Outbox
 	rc.Metrics = m.outbox
+	if rc.Yield == nil {
+		rc.Yield = s.bursting
+	}
 	s.relay = &outbox.Relay{Store: cfg.Store, Sinks: cfg.Sinks, Config: rc}
 	wake := []interface{ Notify() }{s.relay}
 	if cfg.Inventory != nil {

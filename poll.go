@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lapsehq/lapse/store"
@@ -105,42 +106,66 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
-// burstClaimers is how many claims the sql timers run at once while every
-// claim comes back full (a burst of due orders): each is a transaction of
-// its own on its own connection of the pool, and SKIP LOCKED gives them
-// disjoint batches, so the database works on one while lapse encodes the
-// next. Outside a burst one claim at a time: no empty transactions.
+// burstClaimers is how many claimers the sql timers run at once while claims
+// come back full (a burst of due orders): each runs its transactions on its
+// own connection of the pool, one after another, and SKIP LOCKED gives them
+// disjoint batches, so the database works on one claimer's batch while lapse
+// encodes another's. Outside a burst one claim at a time: no empty
+// transactions.
 const burstClaimers = 2
 
-// claim runs width claims of batch at once and returns the last result (its
-// Now), whether any came back full, and the first error.
+// burstRound bounds one round of a burst: then the loop comes back up to
+// hand the orders that need a gateway check to the checker (the claims skip
+// them) before claiming again.
+const burstRound = time.Second
+
+// claim runs width claimers at once and returns the last result (its Now),
+// whether the round ended on full claims (more are due), and the first
+// error. With width 1 it is one claim. Wider, each claimer claims again as
+// long as its claims come back full, without waiting for the others, until
+// one comes back short or fails, or burstRound has passed.
 func (p *poller) claim(ctx context.Context, batch, width int) (store.CancelDueResult, bool, error) {
 	params := store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil}
-	results := make([]store.CancelDueResult, width)
-	errs := make([]error, width)
+	var (
+		mu    sync.Mutex
+		last  store.CancelDueResult
+		full  = true
+		first error
+		short atomic.Bool // a claim came back short or failed: the burst is over
+	)
+	end := time.Now().Add(burstRound)
+	claimer := func() {
+		for {
+			res, err := p.s.cancelBatch(context.WithoutCancel(ctx), params)
+			n := len(res.Cancelled)
+			if err == nil && p.onCancel != nil && n > 0 {
+				p.onCancel(n)
+			}
+			mu.Lock()
+			switch {
+			case err != nil:
+				first, full = cmp.Or(first, err), false
+			case n < batch:
+				full = false
+			}
+			if err == nil && res.Now.After(last.Now) {
+				last = res
+			}
+			mu.Unlock()
+			if err != nil || n < batch {
+				short.Store(true)
+				return
+			}
+			if width == 1 || short.Load() || ctx.Err() != nil || time.Now().After(end) {
+				return
+			}
+		}
+	}
 	var wg sync.WaitGroup
-	for i := range width {
-		wg.Go(func() { results[i], errs[i] = p.s.cancelBatch(context.WithoutCancel(ctx), params) })
+	for range width {
+		wg.Go(claimer)
 	}
 	wg.Wait()
-	var (
-		last  store.CancelDueResult
-		full  bool
-		first error
-	)
-	for i, res := range results {
-		if errs[i] != nil {
-			first = cmp.Or(first, errs[i])
-			continue
-		}
-		full = full || len(res.Cancelled) == batch
-		if p.onCancel != nil && len(res.Cancelled) > 0 {
-			p.onCancel(len(res.Cancelled))
-		}
-		if res.Now.After(last.Now) {
-			last = res
-		}
-	}
 	return last, full, first
 }
 

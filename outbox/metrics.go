@@ -21,6 +21,7 @@ type Metrics struct {
 	refused   *prometheus.CounterVec
 	died      *prometheus.CounterVec
 	delivery  *prometheus.HistogramVec
+	yielded   *prometheus.CounterVec
 }
 
 // NewMetrics registers the relay's metrics with reg.
@@ -41,12 +42,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		errors:    counter("lapse_outbox_publish_errors_total", "Events a publish attempt did not deliver (refused or failed)."),
 		refused:   counter("lapse_outbox_refused_total", "Events the sink's destination refused."),
 		died:      counter("lapse_outbox_dead_total", "Events that became dead for the sink."),
+		yielded:   counter("lapse_outbox_yield_seconds_total", "Time the sink's relay workers held their claims back while a burst of due orders was being cancelled (Config.Yield), summed over workers."),
 		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lapse_outbox_delivery_seconds", Help: "From an event's commit to the sink's confirmation.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
 		}, []string{"sink"}),
 	}
-	for _, c := range []prometheus.Collector{m.lag, m.backlog, m.dead, m.blocked, m.disabled, m.published, m.errors, m.refused, m.died, m.delivery} {
+	for _, c := range []prometheus.Collector{m.lag, m.backlog, m.dead, m.blocked, m.disabled, m.published, m.errors, m.refused, m.died, m.delivery, m.yielded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -94,4 +96,10 @@ func (m *Metrics) setStats(st store.OutboxStats) {
 		m.dead.WithLabelValues(s.Sink).Set(float64(s.Dead))
 		m.blocked.WithLabelValues(s.Sink).Set(float64(s.Blocked))
 	}
+}
+
+// Yielded is the counter of the time sink's workers held their claims back
+// for a burst of cancels (Config.Yield).
+func (m *Metrics) Yielded(sink string) prometheus.Counter {
+	return m.yielded.WithLabelValues(sink)
 }

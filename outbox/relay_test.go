@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -397,4 +398,41 @@ func names(evs []order.Event) []string {
 		out[i] = e.OrderID + " " + e.Type
 	}
 	return out
+}
+
+// While Yield says the cancels have the store, the relay claims nothing
+// until MaxYield has passed, then a batch; once Yield stops saying so it
+// delivers the rest at once, and the held time is counted per sink.
+func TestRelayYieldsToABurst(t *testing.T) {
+	st := openStore(t)
+	storetest.Stock(t, st, 10, "a")
+	for i := range 3 {
+		storetest.Create(t, st, fmt.Sprintf("y%d", i), "a")
+	}
+	var busy atomic.Bool
+	busy.Store(true)
+	sink := &recorder{}
+	reg := prometheus.NewRegistry()
+	m, err := outbox.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig()
+	cfg.Workers, cfg.BatchSize = 1, 1
+	cfg.Yield, cfg.MaxYield, cfg.Metrics = busy.Load, 400*time.Millisecond, m
+	start := time.Now()
+	run(t, &outbox.Relay{Store: st, Sinks: []outbox.Sink{sink}, Config: cfg})
+	waitUntil(t, "the first event, after a hold", func() bool { return len(sink.events()) >= 1 })
+	if held := time.Since(start); held < 400*time.Millisecond {
+		t.Fatalf("the first event went out %s after the start, while Yield said true: want a hold of MaxYield (400ms)", held)
+	}
+	// Still busy: one batch (of 1) per MaxYield, not the rest at once.
+	if n := len(sink.events()); n > 2 {
+		t.Fatalf("%d events delivered within one hold of the first: the relay did not hold", n)
+	}
+	busy.Store(false)
+	waitUntil(t, "every event once Yield says false", func() bool { return len(sink.events()) == 3 })
+	if s := testutil.ToFloat64(m.Yielded("recorder")); s < 0.4 {
+		t.Fatalf("lapse_outbox_yield_seconds_total = %.3f, want at least the 0.4 s held", s)
+	}
 }

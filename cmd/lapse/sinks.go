@@ -41,6 +41,7 @@ type sinkFlags struct {
 	outboxLease   *time.Duration
 	outboxBatch   *int
 	outboxWorkers *int
+	outboxYield   *time.Duration
 }
 
 func addSinkFlags(fs *flagSet) *sinkFlags {
@@ -55,6 +56,7 @@ func addSinkFlags(fs *flagSet) *sinkFlags {
 	f.outboxLease = fs.Duration("outbox-lease", 30*time.Second, span{min: time.Second}, "how long a relay's claim on a batch of events lasts; a relay that dies holding one delays those events by this much")
 	f.outboxBatch = fs.Int("outbox-batch", 500, "the most events a relay claims at once per sink (1 to 10000)")
 	f.outboxWorkers = fs.Int("outbox-workers", 3, "batches per sink one instance has in flight at once (1 to 64): one is claimed or settled while another is published")
+	f.outboxYield = fs.Duration("outbox-yield", time.Second, span{zero: "off", min: 10 * time.Millisecond}, "while this instance cancels a burst of due orders (cancel batches coming back full), each relay worker holds its next claim back for up to this long, then claims one batch: the cancels get the database first, events are delayed, never stopped")
 	return f
 }
 
@@ -66,7 +68,11 @@ func (f *sinkFlags) config(logger *slog.Logger) (outbox.Config, error) {
 	if *f.outboxWorkers < 1 || *f.outboxWorkers > 64 {
 		return outbox.Config{}, fmt.Errorf("--outbox-workers %d: want 1 to 64", *f.outboxWorkers)
 	}
-	c := outbox.Config{Logger: logger, Lease: *f.outboxLease, BatchSize: *f.outboxBatch, Workers: *f.outboxWorkers, Retention: *f.retention}
+	c := outbox.Config{Logger: logger, Lease: *f.outboxLease, BatchSize: *f.outboxBatch, Workers: *f.outboxWorkers, Retention: *f.retention,
+		MaxYield: *f.outboxYield}
+	if *f.outboxYield == 0 {
+		c.MaxYield = -1 // never yield
+	}
 	if *f.retention == 0 {
 		c.Retention = -1 // keep forever
 	}

@@ -6,9 +6,11 @@
 // (more are waiting); a pass that fails backs off, doubling up to a limit;
 // otherwise the worker sleeps until its own instance wakes it (after a short
 // linger, so a burst gathers into one batch) or an interval passes (work
-// committed by other instances). When the context ends, passes go on for a
-// bounded flush until one comes back short, so a clean shutdown leaves little
-// of what was just committed behind.
+// committed by other instances). A worker can be told to yield to work of a
+// higher priority (Loop.Yield): it holds its passes back for a bounded time.
+// When the context ends, passes go on for a bounded flush (never held) until
+// one comes back short, so a clean shutdown leaves little of what was just
+// committed behind.
 package drain
 
 import (
@@ -46,6 +48,36 @@ type Loop struct {
 	Flush time.Duration
 	// OnError, when set, hears every pass error and the pause before the next.
 	OnError func(err error, retryIn time.Duration)
+	// Yield, when set, is asked before each pass: while it reports true the
+	// worker holds the pass back (work of a higher priority has the
+	// store), for at most MaxYield at a time — then one pass runs whatever
+	// Yield says, so a worker that yields is slowed, never stopped.
+	Yield func() bool
+	// MaxYield bounds one hold (default 1 s).
+	MaxYield time.Duration
+	// OnYield, when set, hears how long each hold lasted.
+	OnYield func(held time.Duration)
+}
+
+// yieldPoll is how often a holding worker asks Yield again.
+const yieldPoll = 10 * time.Millisecond
+
+// hold waits while Yield reports true, at most MaxYield, or until ctx ends.
+func (l Loop) hold(ctx context.Context) {
+	if l.Yield == nil || !l.Yield() {
+		return
+	}
+	start := time.Now()
+	limit := l.MaxYield
+	if limit <= 0 {
+		limit = time.Second
+	}
+	for ctx.Err() == nil && time.Since(start) < limit && l.Yield() {
+		Sleep(ctx, min(yieldPoll, limit-time.Since(start)))
+	}
+	if l.OnYield != nil {
+		l.OnYield(time.Since(start))
+	}
 }
 
 // Run runs pass until ctx ends, then flushes. pass is given ctx while it
@@ -60,6 +92,10 @@ func (l Loop) Run(ctx context.Context, pass func(ctx context.Context) (Pass, err
 	}
 	failures := 0
 	for ctx.Err() == nil {
+		l.hold(ctx)
+		if ctx.Err() != nil {
+			break
+		}
 		p, err := pass(ctx)
 		switch {
 		case p.Stop:

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -121,5 +122,59 @@ func TestStopEndsTheWorkerAndShutdownFlushesUntilAShortPass(t *testing.T) {
 	<-stopped
 	if calls != 1 {
 		t.Fatalf("%d passes after a stop, want 1 (no flush either)", calls)
+	}
+}
+
+// A worker told to yield holds its pass while Yield says so, runs it once
+// Yield stops saying so, and never holds longer than MaxYield at a time.
+func TestYieldHoldsPassesBoundedByMaxYield(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var busy atomic.Bool
+	busy.Store(true)
+	passes := make(chan time.Time, 100)
+	holds := make(chan time.Duration, 100)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		Loop{Batch: 10, Interval: time.Hour, Flush: -1, Yield: busy.Load, MaxYield: 300 * time.Millisecond,
+			OnYield: func(d time.Duration) { holds <- d }}.Run(ctx, func(context.Context) (Pass, error) {
+			passes <- time.Now()
+			return Pass{Claimed: 10}, nil // always full: runs again at once, unless held
+		})
+	}()
+	// Yield stays true: each pass comes after a hold of MaxYield.
+	for i := range 3 {
+		at := <-passes
+		var held time.Duration
+		select {
+		case held = <-holds:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("pass %d ran without a hold while Yield says true", i)
+		}
+		if held < 300*time.Millisecond {
+			t.Fatalf("pass %d held %s, want MaxYield (300ms) while Yield says true", i, held)
+		}
+		if min := time.Duration(i+1) * 300 * time.Millisecond; at.Sub(start) < min {
+			t.Fatalf("pass %d ran %s after the start, want at least %s", i, at.Sub(start), min)
+		}
+	}
+	// Yield turns false: passes run back to back, unheld (one hold may be
+	// under way at the switch).
+	busy.Store(false)
+	deadline := time.After(10 * time.Second)
+	for n := 0; n < 20; {
+		select {
+		case <-passes:
+			n++
+		case <-deadline:
+			t.Fatal("passes did not resume once Yield turned false")
+		}
+	}
+	cancel()
+	<-done
+	if len(holds) > 1 {
+		t.Fatalf("%d holds after Yield turned false, want at most the one under way", len(holds))
 	}
 }

@@ -41,13 +41,27 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 
 // queueEffects queues the statements of ef on b: the ledger rows of the
 // move (first: its primary key refuses a second release or commit, and the
-// error rolls the whole transaction back), for a release or a commit the
-// lock of the SKU rows in byte order and the counter update summed per SKU,
-// then the events and the stock tasks of remote stock. WriteGroup sends them with statements of its own.
+// error rolls the whole transaction back), the events and the stock tasks of
+// remote stock, then for a release or a commit the lock of the SKU rows in
+// byte order and the counter update summed per SKU. WriteGroup sends them
+// with statements of its own.
 func queueEffects(b *pgx.Batch, ef core.Effects) {
 	if ef.Move != core.MoveNone {
 		b.Queue(q.Get("ledger_insert"), ef.IDs, string(ef.Move), ef.Now)
 	}
+	if len(ef.Events) > 0 {
+		ids, orderIDs, payloads := make([]string, len(ef.Events)), make([]string, len(ef.Events)), make([]string, len(ef.Events))
+		for i, ev := range ef.Events {
+			ids[i], orderIDs[i], payloads[i] = ev.ID, ev.OrderID, string(ev.Payload)
+		}
+		b.Queue(q.Get("insert_events"), ef.Type, ef.Now, ids, orderIDs, payloads)
+	}
+	queueTasks(b, ef)
+	// The SKU rows last, just before the COMMIT: they are what concurrent
+	// cancels and creates queue on, and the rows written before them (ledger,
+	// events, tasks) take no lock another transaction waits for, so each
+	// transaction holds the SKUs only for the lock, the counters and the
+	// COMMIT.
 	counter := ""
 	switch ef.Move {
 	case core.MoveRelease:
@@ -59,14 +73,6 @@ func queueEffects(b *pgx.Batch, ef core.Effects) {
 		b.Queue(q.Get("lock_skus"), ef.SKUs)
 		b.Queue(q.Get(counter), ef.SKUs, ef.Qtys, ef.Now)
 	}
-	if len(ef.Events) > 0 {
-		ids, orderIDs, payloads := make([]string, len(ef.Events)), make([]string, len(ef.Events)), make([]string, len(ef.Events))
-		for i, ev := range ef.Events {
-			ids[i], orderIDs[i], payloads[i] = ev.ID, ev.OrderID, string(ev.Payload)
-		}
-		b.Queue(q.Get("insert_events"), ef.Type, ef.Now, ids, orderIDs, payloads)
-	}
-	queueTasks(b, ef)
 }
 
 // UnpublishedEvents implements core.Executor.
