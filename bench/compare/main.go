@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -186,6 +187,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		asJSON   = fs.Bool("json", false, "print the result as JSON instead of a markdown table")
 		out      = fs.String("out", "", "also write the markdown table to this file")
 		verbose  = fs.Bool("v", false, "log the systems' warnings and errors")
+		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run (this process: the lapse systems and the load generator) to this file, for go tool pprof")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -210,6 +212,17 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	level := slog.LevelError + 4 // quiet: the report says what failed
