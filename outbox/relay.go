@@ -394,6 +394,7 @@ func (r *Relay) warnForeignSinks(ctx context.Context, mine []string) {
 // and registers the sinks again (a sink an operator forgot while this relay
 // still runs it comes back, for new events).
 func (r *Relay) runRetention(ctx context.Context, names []string) {
+	skipped := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -406,6 +407,11 @@ func (r *Relay) runRetention(ctx context.Context, names []string) {
 		if r.Retention < 0 {
 			continue
 		}
+		if r.yielding() && skipped < maxSkips {
+			skipped++
+			continue
+		}
+		skipped = 0
 		if n, err := Prune(ctx, r.Store, r.Retention); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("outbox: retention failed; trying again later", "err", err)
 		} else if n > 0 {
@@ -428,9 +434,25 @@ func Prune(ctx context.Context, st store.Outbox, retention time.Duration) (int64
 	}
 }
 
+// yielding reports whether the relay is to yield to a burst of cancels
+// (Config.Yield) now.
+func (r *Relay) yielding() bool {
+	return r.Yield != nil && r.MaxYield >= 0 && r.Yield()
+}
+
+// maxSkips is how many refreshes in a row the backlog gauges and retention
+// skip while the relay yields: a burst defers them, a sustained one does not
+// stop them.
+const maxSkips = 2
+
 func (r *Relay) runStats(ctx context.Context) {
+	skipped := 0
 	for {
-		if st, err := r.Store.OutboxStats(ctx); err == nil {
+		// The counts read every delivery row: a burst's cancels come first.
+		if r.yielding() && skipped < maxSkips {
+			skipped++
+		} else if st, err := r.Store.OutboxStats(ctx); err == nil {
+			skipped = 0
 			r.Metrics.setStats(st)
 		} else if ctx.Err() == nil {
 			r.Logger.Warn("outbox: reading backlog stats failed", "err", err)
