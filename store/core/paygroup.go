@@ -11,12 +11,14 @@ package core
 // the next group, up to Config.PaymentGroup, and one transaction commits
 // them all.
 //
-// Each operation of a group runs the very function a lone one runs, behind
-// a savepoint of its own, in arrival order: it sees what the ones before it
-// wrote (a start then the callback of the same order, a callback and its
-// replay), and an operation that fails — a replay, an amount that does not
-// match, an order no longer PENDING, an expired window — is rolled back to
-// its savepoint alone, its caller answered with its own error. The group
+// Each operation of a group runs the very function a lone one runs, in
+// arrival order: it sees what the ones before it wrote (a start then the
+// callback of the same order, a callback and its replay). A group runs
+// first in one plain transaction; if an operation fails — a replay, an
+// amount that does not match, an order no longer PENDING, an expired
+// window — that transaction is rolled back and the group runs again with
+// each operation behind a savepoint of its own, so the failed one is rolled
+// back alone, its caller answered with its own error. The group
 // shares one transaction, so one "now" (read on first use, as a lone
 // transaction reads it), and every caller is answered only after the COMMIT
 // that holds its change. A group the database refuses as a whole runs again
@@ -25,6 +27,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -49,6 +52,7 @@ type payGrouper struct {
 	queue *group.Queue[*payCall]
 
 	groups, grouped, fallbacks atomic.Int64
+	isolated                   atomic.Int64 // groups run again behind savepoints
 	waiting                    atomic.Int64 // calls not yet answered
 }
 
@@ -126,10 +130,42 @@ func (g *payGrouper) run(calls []*payCall) {
 	}
 }
 
-// commit runs the operations of calls in one transaction, each behind a
-// savepoint, and gives back each one's error. An error of its own means
-// the transaction was not committed (or not known to be).
+// errGroupFailed rolls back a group run without savepoints in which an
+// operation failed: the group runs again with them.
+var errGroupFailed = errors.New("an operation of the group failed")
+
+// commit runs the operations of calls in one transaction and gives back each
+// one's error. An error of its own means the transaction was not committed
+// (or not known to be).
+//
+// The group runs first without savepoints — they cost the single writer
+// about a tenth of its time, and most groups have no failure to roll back.
+// When an operation fails, that transaction is rolled back whole and the
+// group runs again with each operation behind a savepoint of its own
+// (commitIsolated). Every operation sets its caller's results afresh on
+// each run, so the first run leaves nothing behind.
 func (g *payGrouper) commit(ctx context.Context, calls []*payCall) ([]error, error) {
+	err := g.s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		for _, c := range calls {
+			if err := c.fn(ctx, tx); err != nil {
+				return errGroupFailed
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return make([]error, len(calls)), nil
+	case !errors.Is(err, errGroupFailed):
+		return nil, err
+	}
+	g.isolated.Add(1)
+	return g.commitIsolated(ctx, calls)
+}
+
+// commitIsolated runs the operations of calls in one transaction, each
+// behind a savepoint: one that fails is rolled back alone.
+func (g *payGrouper) commitIsolated(ctx context.Context, calls []*payCall) ([]error, error) {
 	errs := make([]error, len(calls))
 	err := g.s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
 		for i, c := range calls {

@@ -67,13 +67,14 @@ func (s *Store) GroupStats() (groups, orders, fallbacks int64) {
 }
 
 // PaymentGroupStats is what group commit of payments did: groups of two or
-// more operations committed, the operations they held, and groups that fell
-// back to one transaction per operation.
-func (s *Store) PaymentGroupStats() (groups, calls, fallbacks int64) {
+// more operations committed, the operations they held, groups run again
+// behind savepoints because an operation failed, and groups that fell back
+// to one transaction per operation.
+func (s *Store) PaymentGroupStats() (groups, calls, isolated, fallbacks int64) {
 	if s.pays == nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
-	return s.pays.groups.Load(), s.pays.grouped.Load(), s.pays.fallbacks.Load()
+	return s.pays.groups.Load(), s.pays.grouped.Load(), s.pays.isolated.Load(), s.pays.fallbacks.Load()
 }
 
 // PaymentsWaiting is how many payment operations wait for their group's

@@ -253,9 +253,9 @@ func TestPaymentGroupCommitGroups(t *testing.T) {
 					}
 				}
 			}
-			before, _, _ := s.PaymentGroupStats()
+			before, _, _, _ := s.PaymentGroupStats()
 			storetest.PaymentsAtOnce(t, s, clk, hold)
-			groups, grouped, fallbacks := s.PaymentGroupStats()
+			groups, grouped, isolated, fallbacks := s.PaymentGroupStats()
 			groups -= before
 			switch {
 			case size == 1 && groups+grouped != 0:
@@ -263,8 +263,71 @@ func TestPaymentGroupCommitGroups(t *testing.T) {
 			case size == 0 && (groups < 1 || groups > 2 || grouped < int64(calls-1) || fallbacks != 0):
 				// The first call may have taken the writer's turn alone.
 				t.Errorf("default PaymentGroup: %d groups of %d calls (%d fallbacks), want the %d calls in one or two groups", groups, grouped, fallbacks, calls)
+			case size == 0 && isolated < 1:
+				// The calls include replays and refusals: the group runs
+				// again behind savepoints.
+				t.Errorf("default PaymentGroup: %d groups run again behind savepoints, want the group with failures to be", isolated)
 			}
 		})
+	}
+}
+
+// A group in which no operation fails commits in one plain transaction: it
+// is not run again behind savepoints, and every start took.
+func TestPaymentGroupWithoutFailuresRunsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	storetest.Stock(t, s, n, "a")
+	for i := range n {
+		storetest.Create(t, s, fmt.Sprintf("g%02d", i), "a")
+	}
+	// Hold the writer so that the starts queue into one group.
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- s.WithTx(ctx, core.TxOptions{}, func(*core.Tx) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: fmt.Sprintf("g%02d", i), PaymentID: fmt.Sprintf("p%02d", i)})
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.PaymentsWaiting() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("a start failed: %v", err)
+		}
+	}
+	groups, grouped, isolated, fallbacks := s.PaymentGroupStats()
+	if groups < 1 || grouped < n-1 || isolated != 0 || fallbacks != 0 {
+		t.Fatalf("%d groups of %d starts, %d run again behind savepoints, %d fallbacks: want the starts grouped, none run again", groups, grouped, isolated, fallbacks)
+	}
+	for i := range n {
+		if o, err := s.GetOrder(ctx, fmt.Sprintf("g%02d", i)); err != nil || o.Status != order.Paying {
+			t.Fatalf("order g%02d after its start: %+v %v", i, o.Status, err)
+		}
 	}
 }
 
