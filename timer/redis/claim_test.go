@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,4 +182,220 @@ func TestLastBatchIsAcknowledgedBeforeTheWorkerSleeps(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// scheduleAt schedules keys at due.
+func scheduleAt(t *testing.T, s *Scheduler, due time.Time, keys ...string) {
+	t.Helper()
+	ts := make([]timer.Timer, len(keys))
+	for i, key := range keys {
+		ts[i] = timer.Timer{Key: key, Due: due}
+	}
+	if err := s.ScheduleMany(context.Background(), ts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustClaim claims up to 100 timers of shard 0 as of now (a claim as of an
+// hour ago holds a lease that ran out long ago) and checks that it took the
+// keys want, in any order.
+func mustClaim(t *testing.T, s *Scheduler, now time.Time, want ...string) claimed {
+	t.Helper()
+	c, err := s.claim(context.Background(), 0, now, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tm := range c.timers {
+		got = append(got, tm.Key)
+	}
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		t.Fatalf("claim as of %v took %v, want %v", now.Format(time.TimeOnly), got, want)
+	}
+	return c
+}
+
+// heldBy returns the timer keys whose meta names claim c, sorted: those c
+// may still acknowledge, requeue or have recovered.
+func heldBy(t *testing.T, rdb goredis.UniversalClient, k shardKeys, c claimed) []string {
+	t.Helper()
+	all, err := rdb.HGetAll(context.Background(), k.meta).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for key, v := range all {
+		if strings.HasSuffix(v, ":"+c.id) {
+			held = append(held, key)
+		}
+	}
+	slices.Sort(held)
+	return held
+}
+
+// dueScores returns the members of due with their scores.
+func dueScores(t *testing.T, rdb goredis.UniversalClient, k shardKeys) map[string]int64 {
+	t.Helper()
+	zs, err := rdb.ZRangeWithScores(context.Background(), k.due, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]int64, len(zs))
+	for _, z := range zs {
+		m[z.Member.(string)] = int64(z.Score)
+	}
+	return m
+}
+
+// A timer scheduled again while a claim holds it is the new schedule's: the
+// old claim's acknowledgement, requeue or recovery (its lease ran out) leaves
+// it alone, whether it waits in due or another claim took it meanwhile, and it
+// is delivered at its new due time as a first attempt. The claim's other
+// timers are acknowledged, requeued or recovered as usual.
+func TestScheduleVoidsTheOldClaimOfATimer(t *testing.T) {
+	for _, end := range []string{"ack", "retry", "recover"} {
+		t.Run(end, func(t *testing.T) {
+			s, _, rdb := newTestScheduler(t, Config{})
+			ctx := context.Background()
+			k := s.keys.shards[0]
+			long := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond)
+			scheduleAt(t, s, long, "kept", "moved", "reclaimed")
+			old := mustClaim(t, s, time.Now().Add(-time.Hour), "kept", "moved", "reclaimed")
+			later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			scheduleAt(t, s, later, "moved")
+			scheduleAt(t, s, long.Add(time.Hour), "reclaimed")
+			other := mustClaim(t, s, time.Now(), "reclaimed")
+			if a := other.timers[0].Attempt; a != 1 {
+				t.Errorf("reclaimed: attempt %d after its new schedule, want 1", a)
+			}
+			switch end {
+			case "ack":
+				s.ackAll(ctx, []claimed{old})
+			case "retry":
+				s.retry(ctx, old, time.Now())
+			case "recover":
+				if err := s.recover(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if held := heldBy(t, rdb, k, old); len(held) != 0 {
+				t.Errorf("after its %s the old claim still holds %v", end, held)
+			}
+			if held := heldBy(t, rdb, k, other); !slices.Equal(held, []string{"reclaimed"}) {
+				t.Errorf("after the old claim's %s the other claim holds %v, want [reclaimed]", end, held)
+			}
+			due := dueScores(t, rdb, k)
+			if due["moved"] != later.UnixMilli() {
+				t.Errorf("moved: due at %d, want its new due time %d", due["moved"], later.UnixMilli())
+			}
+			if _, ok := due["reclaimed"]; ok {
+				t.Errorf("reclaimed: back in due after the old claim's %s; the other claim holds it", end)
+			}
+			if meta, err := rdb.HGet(ctx, k.meta, "moved").Result(); err != goredis.Nil {
+				t.Errorf("moved: meta %q (%v) after the old claim's %s, want none (never delivered since)", meta, err, end)
+			}
+			_, kept := due["kept"]
+			if kept != (end != "ack") {
+				t.Errorf("kept: in due %v after the claim's %s", kept, end)
+			}
+			again := mustClaim(t, s, later, map[bool][]string{true: {"moved"}, false: {"kept", "moved"}}[end == "ack"]...)
+			for _, tm := range again.timers {
+				if tm.Key == "moved" && (tm.Attempt != 1 || !tm.Due.Equal(later)) {
+					t.Errorf("moved: delivered as attempt %d due %v, want attempt 1 due %v", tm.Attempt, tm.Due, later)
+				}
+				if tm.Key == "kept" && (tm.Attempt != 2 || !tm.Due.Equal(long)) {
+					t.Errorf("kept: delivered as attempt %d due %v, want attempt 2 due %v", tm.Attempt, tm.Due, long)
+				}
+			}
+		})
+	}
+}
+
+// A claim whose lease ran out (its consumer died) comes back once, however
+// often recovery runs, as a further attempt with its original due time; an
+// acknowledgement, requeue or extension by the dead claim that comes late
+// leaves the new claim's timers alone.
+func TestExpiredClaimComesBackOnce(t *testing.T) {
+	s, _, rdb := newTestScheduler(t, Config{})
+	ctx := context.Background()
+	k := s.keys.shards[0]
+	long := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond)
+	keys := []string{"e0", "e1", "e2", "e3", "e4"}
+	scheduleAt(t, s, long, keys...)
+	dead := mustClaim(t, s, time.Now().Add(-time.Hour), keys...)
+	for range 2 {
+		if err := s.recover(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if due := dueScores(t, rdb, k); len(due) != len(keys) {
+		t.Fatalf("due after recovery: %v, want the %d timers of the dead claim", due, len(keys))
+	}
+	next := mustClaim(t, s, time.Now(), keys...)
+	for _, tm := range next.timers {
+		if tm.Attempt != 2 || !tm.Due.Equal(long) {
+			t.Errorf("%s: redelivered as attempt %d due %v, want attempt 2 due %v", tm.Key, tm.Attempt, tm.Due, long)
+		}
+	}
+	mustClaim(t, s, time.Now())
+	s.ackAll(ctx, []claimed{dead})
+	s.retry(ctx, dead, time.Now())
+	if err := s.extend(ctx, dead, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if held := heldBy(t, rdb, k, next); !slices.Equal(held, keys) {
+		t.Errorf("after the dead claim's late ack, retry and extension the new claim holds %v, want %v", held, keys)
+	}
+	if due := dueScores(t, rdb, k); len(due) != 0 {
+		t.Errorf("due after the dead claim's late retry: %v, want nothing", due)
+	}
+	s.ackAll(ctx, []claimed{next})
+	if held := heldBy(t, rdb, k, next); len(held) != 0 {
+		t.Errorf("after its ack the new claim holds %v", held)
+	}
+	if err := s.recover(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if due := dueScores(t, rdb, k); len(due) != 0 {
+		t.Errorf("due after the ack and a recovery: %v, want nothing", due)
+	}
+}
+
+// Extending a claim's lease keeps recovery from taking its timers, until the
+// extended lease runs out too; once recovered, the claim cannot extend it
+// back.
+func TestExtendKeepsAClaimFromRecovery(t *testing.T) {
+	s, _, rdb := newTestScheduler(t, Config{})
+	ctx := context.Background()
+	k := s.keys.shards[0]
+	keys := []string{"x0", "x1", "x2"}
+	scheduleAt(t, s, time.Now().Add(-2*time.Hour), keys...)
+	slow := mustClaim(t, s, time.Now().Add(-time.Hour), keys...) // its lease ran out
+	if err := s.extend(ctx, slow, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.recover(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if held := heldBy(t, rdb, k, slow); !slices.Equal(held, keys) {
+		t.Errorf("after an extension and a recovery the claim holds %v, want %v", held, keys)
+	}
+	if due := dueScores(t, rdb, k); len(due) != 0 {
+		t.Errorf("due after an extension and a recovery: %v, want nothing", due)
+	}
+	if err := s.extend(ctx, slow, time.Now().Add(-time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.recover(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.extend(ctx, slow, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if held := heldBy(t, rdb, k, slow); len(held) != 0 {
+		t.Errorf("after its lease ran out and was recovered the claim holds %v", held)
+	}
+	mustClaim(t, s, time.Now(), keys...)
 }

@@ -316,14 +316,8 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		k := s.keys.shards[c.shard]
 		tick := time.NewTicker(s.cfg.Lease / 3)
 		defer tick.Stop()
-		args := make([]any, 0, 2+len(c.timers))
-		args = append(args, c.id, int64(0))
-		for _, t := range c.timers {
-			args = append(args, t.Key)
-		}
 		for {
 			select {
 			case <-done:
@@ -331,8 +325,7 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 			case <-ctx.Done():
 				return
 			case now := <-tick.C:
-				args[1] = now.Add(s.cfg.Lease).UnixMilli()
-				if err := extendScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil && ctx.Err() == nil {
+				if err := s.extend(ctx, c, now.Add(s.cfg.Lease)); err != nil && ctx.Err() == nil {
 					s.log.Warn("redis timers: extend the lease of a batch in hand failed", "shard", c.shard, "err", err)
 				}
 			}
@@ -342,6 +335,21 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// extend moves the lease deadline of claim c to until, if c still holds a
+// lease (it was not recovered meanwhile).
+func (s *Scheduler) extend(ctx context.Context, c claimed, until time.Time) error {
+	k := s.keys.shards[c.shard]
+	args := make([]any, 0, 2+len(c.timers))
+	args = append(args, c.id, until.UnixMilli())
+	for _, t := range c.timers {
+		args = append(args, t.Key)
+	}
+	if err := extendScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil {
+		return fmt.Errorf("extend the lease of claim %s: %w", c.id, err)
+	}
+	return nil
 }
 
 // recover moves shard sh's expired leases back to due.
