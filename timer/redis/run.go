@@ -264,17 +264,13 @@ func (s *Scheduler) ackAll(ctx context.Context, cs []claimed) {
 	s.ackDone(cs, calls)
 }
 
-// ackCalls are the ack script calls of the claims cs, one each.
+// ackCalls are the ack script calls of the claims cs, one each: the claim
+// id alone, since Redis keeps the claim's keys.
 func (s *Scheduler) ackCalls(cs []claimed) []*scriptCall {
 	calls := make([]*scriptCall, len(cs), len(cs)+1)
 	for i, c := range cs {
 		k := s.keys.shards[c.shard]
-		args := make([]any, 0, 1+len(c.timers))
-		args = append(args, c.id)
-		for _, t := range c.timers {
-			args = append(args, t.Key)
-		}
-		calls[i] = &scriptCall{script: ackScript, keys: []string{k.lease, k.meta, k.claims}, args: args}
+		calls[i] = &scriptCall{script: ackScript, keys: []string{k.lease, k.meta, k.claims}, args: []any{c.id}}
 	}
 	return calls
 }
