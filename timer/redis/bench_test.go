@@ -118,7 +118,7 @@ func (f *benchFixture) close() {
 	}
 	ctx := context.Background()
 	for _, k := range f.s.keys.shards {
-		for _, key := range []string{k.due, k.lease, k.meta, k.seeded} {
+		for _, key := range []string{k.due, k.lease, k.claims, k.meta, k.seeded} {
 			f.rdb.Del(ctx, key)
 		}
 	}

@@ -11,14 +11,18 @@ import (
 // so that one script can touch them together:
 //
 //	<prefix>:{sNN}:due     ZSet  timer key -> Unix ms to deliver at (rounded up)
-//	<prefix>:{sNN}:lease   ZSet  timer key -> lease deadline, Unix ms
+//	<prefix>:{sNN}:lease   ZSet  claim id -> lease deadline, Unix ms: one entry per claim in flight
+//	<prefix>:{sNN}:claims  Hash  claim id -> the claim's timer keys (a cmsgpack array)
 //	<prefix>:{sNN}:meta    Hash  timer key -> "<attempts>:<original due ms>:<claim id>",
-//	                             only for timers in flight or waiting to be redelivered
+//	                             only for timers in flight or waiting to be redelivered;
+//	                             a timer belongs to the claim its meta names, whatever
+//	                             claims lists (a schedule in flight drops its meta)
 //	<prefix>:{sNN}:seeded  String "ok" once a complete seed from the store covered the shard
 //
-// lease and meta also hold, once a claim ran, a member no timer has (its
-// name starts with a NUL byte; see lua/claim.lua) that keeps Redis from
-// storing them as a listpack, whose lookups scan the whole set.
+// A claim costs lease and claims one entry each, whatever its size, and each
+// of its timers one meta field. meta also holds, once a claim ran, a field no
+// timer has (its name starts with a NUL byte; see lua/claim.lua) that keeps
+// Redis from storing it as a listpack, whose lookups scan the whole hash.
 //
 // and, on a slot of its own:
 //
@@ -31,14 +35,14 @@ type keys struct {
 
 // shardKeys are the keys of one shard.
 type shardKeys struct {
-	due, lease, meta, seeded string
+	due, lease, claims, meta, seeded string
 }
 
 func newKeys(prefix string, shards int) keys {
 	k := keys{prefix: prefix, shards: make([]shardKeys, shards), seedLock: prefix + ":seedlock"}
 	for i := range k.shards {
 		tag := fmt.Sprintf("%s:{s%02d}", prefix, i)
-		k.shards[i] = shardKeys{due: tag + ":due", lease: tag + ":lease", meta: tag + ":meta", seeded: tag + ":seeded"}
+		k.shards[i] = shardKeys{due: tag + ":due", lease: tag + ":lease", claims: tag + ":claims", meta: tag + ":meta", seeded: tag + ":seeded"}
 	}
 	return k
 }

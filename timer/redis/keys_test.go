@@ -12,7 +12,7 @@ func TestKeyNames(t *testing.T) {
 	t.Parallel()
 	k := newKeys("lapse", 16)
 	if got, want := k.shards[7], (shardKeys{
-		due: "lapse:{s07}:due", lease: "lapse:{s07}:lease", meta: "lapse:{s07}:meta", seeded: "lapse:{s07}:seeded",
+		due: "lapse:{s07}:due", lease: "lapse:{s07}:lease", claims: "lapse:{s07}:claims", meta: "lapse:{s07}:meta", seeded: "lapse:{s07}:seeded",
 	}); got != want {
 		t.Errorf("shard 7's keys %+v, want %+v", got, want)
 	}
@@ -21,7 +21,7 @@ func TestKeyNames(t *testing.T) {
 	}
 	// Every key of a shard hashes to its shard's slot: its first {…} is the tag.
 	for i, sk := range newKeys("a-b.c:d", 100).shards {
-		for _, key := range []string{sk.due, sk.lease, sk.meta, sk.seeded} {
+		for _, key := range []string{sk.due, sk.lease, sk.claims, sk.meta, sk.seeded} {
 			open, end := strings.IndexByte(key, '{'), strings.IndexByte(key, '}')
 			if tag := key[open+1 : end]; tag != fmt.Sprintf("s%02d", i) {
 				t.Errorf("%s: hash tag %q, want s%02d", key, tag, i)

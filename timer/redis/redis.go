@@ -6,18 +6,22 @@
 // # Layout
 //
 // A timer lives in one of Config.Shards shards, chosen by a hash of its key.
-// A shard is three keys on one Cluster slot (hash tag {sNN}, see keys.go):
+// A shard is four keys on one Cluster slot (hash tag {sNN}, see keys.go):
 // due, a ZSet of the timers waiting, scored by their due time in Unix
-// milliseconds; lease, a ZSet of the timers a consumer holds, scored by the
-// lease deadline; and meta, a hash holding, for a timer in flight or waiting
-// to be redelivered only, "<attempts>:<original due ms>:<claim id>". A timer
-// scheduled and not yet delivered costs one ZSet member and nothing else.
+// milliseconds; lease, a ZSet of the claims (batches) consumers hold, scored
+// by the lease deadline; claims, a hash from a claim to its timer keys; and
+// meta, a hash holding, for a timer in flight or waiting to be redelivered
+// only, "<attempts>:<original due ms>:<claim id>". A timer belongs to the
+// claim its meta names. A timer scheduled and not yet delivered costs one
+// ZSet member and nothing else; a claim costs one lease entry and one claims
+// entry however many timers it holds, so that Redis's work per timer
+// delivered is its due and meta entries'.
 //
 // # Scheduling
 //
 // A schedule is a script call (lua/schedule.lua) per shard: ZADD to due,
-// and removal from lease and meta, so a new schedule replaces the old one
-// even while the timer is in a handler. Schedule sets one timer, ScheduleMany
+// and removal from meta, so a new schedule replaces the old one even while
+// the timer is in a handler: the claim that holds it no longer does. Schedule sets one timer, ScheduleMany
 // many (the orders of a create group, a page of a seed); calls made while
 // another is written are written together (group commit): the timers of all
 // of them go in one script call per shard, with many members each, all in
@@ -32,17 +36,18 @@
 // claims it; instances' clocks should agree to well under a second, and the
 // store's own guard keeps an early timer from cancelling anything).
 //
-// The claim script (lua/claim.lua) moves up to BatchSize due timers of a shard
-// from due to lease in one step, so two consumers never both win a timer. It
-// counts the delivery in meta and tags it with a claim id. When the handler
+// The claim script (lua/claim.lua) takes up to BatchSize due timers of a
+// shard out of due in one step, so two consumers never both win a timer. It
+// counts each delivery in meta and tags it with the claim's id, and leases
+// the claim (one lease entry, its keys in claims). When the handler
 // returns nil the batch is acknowledged (lua/ack.lua), in the round trip of
 // the worker's next claim (one pipeline: the acknowledgements go first), or
 // at once when the worker has nothing more to claim; when it fails the batch
 // goes back to due after Config.Backoff (lua/retry.lua), keeping its attempt
 // count and original due time. While a handler runs and Run's ctx is alive,
 // its lease is extended every Lease/3 (lua/extend.lua); a consumer that dies
-// stops extending, and every instance moves leases past their deadline back to
-// due every Lease/2 (lua/recover.lua), so a dead consumer's batch is delivered
+// stops extending, and every instance moves the timers of claims past their
+// lease deadline back to due every Lease/2 (lua/recover.lua), so a dead consumer's batch is delivered
 // again within about 1.5 × Lease, as a further attempt. Acknowledging,
 // requeueing and extending act only on the timers the claim still holds: a
 // Schedule or Unschedule of a timer in flight, or its recovery, voids the
@@ -104,7 +109,7 @@ type Config struct {
 	// deployments (or tests) can share one Redis. It must not contain '{' or
 	// '}'. Defaults to DefaultPrefix.
 	Prefix string
-	// Shards is how many shards (due/lease/meta key triples, each on its own
+	// Shards is how many shards (due/lease/claims/meta keys, each shard on its own
 	// Cluster slot) the timers are spread over by a hash of their key. More
 	// shards spread a Cluster's load over more nodes and keep each sorted set
 	// smaller. Changing it for an existing Prefix strands the timers of the
@@ -301,7 +306,7 @@ func (s *Scheduler) seedFunc() func(ctx context.Context) error {
 // delivered with it, but neither acknowledged nor requeued.
 func (s *Scheduler) Unschedule(ctx context.Context, key string) error {
 	k := s.keys.shards[s.keys.shard(key)]
-	if err := unscheduleScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, key).Err(); err != nil {
+	if err := unscheduleScript.Run(ctx, s.rdb, []string{k.due, k.meta}, key).Err(); err != nil {
 		return fmt.Errorf("redis: unschedule timer %s: %w", key, err)
 	}
 	return nil

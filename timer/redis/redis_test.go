@@ -361,6 +361,47 @@ func TestScheduleOfATimerInFlightWins(t *testing.T) {
 	})
 }
 
+// A timer scheduled again while its handler runs is delivered again at its
+// new due time, although the handler succeeds: the acknowledgement of the
+// batch it came in does not remove the new schedule.
+func TestScheduleWhileTheHandlerRunsOutlivesItsAck(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
+		s := mustNew(t, rdb, redis.Config{Prefix: newPrefix(t, rdb), Lease: time.Second})
+		var (
+			mu    sync.Mutex
+			moved time.Time
+		)
+		r := newRecorder(func(ctx context.Context, due []timer.Timer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, tm := range due {
+				if tm.Key == "moved" && moved.IsZero() {
+					moved = time.Now().Add(300 * time.Millisecond)
+					if err := s.Schedule(ctx, "moved", moved); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			return nil
+		})
+		if err := s.Schedule(context.Background(), "moved", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		run(t, s, r.handle)
+		waitFor(t, "moved delivered again", 5*time.Second, func() bool { return len(r.deliveries("moved")) >= 2 })
+		mu.Lock()
+		defer mu.Unlock()
+		ds := r.deliveries("moved")
+		if ds[1].At.Before(moved) {
+			t.Errorf("moved: delivered again %v before its new due time", moved.Sub(ds[1].At))
+		}
+		if ds[1].Attempt != 1 || ds[1].Due.Before(moved) {
+			t.Errorf("moved: delivered again as attempt %d due %v, want attempt 1 due %v", ds[1].Attempt, ds[1].Due, moved)
+		}
+	})
+}
+
 func TestLeaseIsKeptWhileTheHandlerRuns(t *testing.T) {
 	t.Parallel()
 	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {

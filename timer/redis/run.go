@@ -14,7 +14,8 @@ import (
 	"github.com/lapsehq/lapse/timer"
 )
 
-// recoverLimit bounds one recover script call.
+// recoverLimit bounds one recover script call: it takes expired claims
+// whole until it looked at this many timers.
 const recoverLimit = 1000
 
 // Run implements timer.Scheduler: Config.Workers workers claim and deliver due
@@ -193,7 +194,7 @@ func (s *Scheduler) claim(ctx context.Context, sh int, now time.Time, limit int,
 	// dropped holds its timers until the lease runs out; then they are
 	// delivered again.
 	calls := s.ackCalls(acks)
-	call := &scriptCall{script: claimScript, keys: []string{k.due, k.lease, k.meta},
+	call := &scriptCall{script: claimScript, keys: []string{k.due, k.lease, k.meta, k.claims},
 		args: []any{nowMs, nowMs + s.cfg.Lease.Milliseconds(), limit, c.id}}
 	calls = append(calls, call)
 	if len(acks) > 0 {
@@ -263,17 +264,13 @@ func (s *Scheduler) ackAll(ctx context.Context, cs []claimed) {
 	s.ackDone(cs, calls)
 }
 
-// ackCalls are the ack script calls of the claims cs, one each.
+// ackCalls are the ack script calls of the claims cs, one each: the claim
+// id alone, since Redis keeps the claim's keys.
 func (s *Scheduler) ackCalls(cs []claimed) []*scriptCall {
 	calls := make([]*scriptCall, len(cs), len(cs)+1)
 	for i, c := range cs {
 		k := s.keys.shards[c.shard]
-		args := make([]any, 0, 1+len(c.timers))
-		args = append(args, c.id)
-		for _, t := range c.timers {
-			args = append(args, t.Key)
-		}
-		calls[i] = &scriptCall{script: ackScript, keys: []string{k.lease, k.meta}, args: args}
+		calls[i] = &scriptCall{script: ackScript, keys: []string{k.lease, k.meta, k.claims}, args: []any{c.id}}
 	}
 	return calls
 }
@@ -300,7 +297,7 @@ func (s *Scheduler) retry(ctx context.Context, c claimed, now time.Time) {
 		earliest = min(earliest, at)
 		args = append(args, t.Key, at)
 	}
-	if err := retryScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, args...).Err(); err != nil {
+	if err := retryScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta, k.claims}, args...).Err(); err != nil {
 		s.log.Error("redis timers: requeue a failed batch failed; it will be delivered again after its lease",
 			"shard", c.shard, "timers", len(c.timers), "err", err)
 		return
@@ -316,14 +313,8 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		k := s.keys.shards[c.shard]
 		tick := time.NewTicker(s.cfg.Lease / 3)
 		defer tick.Stop()
-		args := make([]any, 0, 2+len(c.timers))
-		args = append(args, c.id, int64(0))
-		for _, t := range c.timers {
-			args = append(args, t.Key)
-		}
 		for {
 			select {
 			case <-done:
@@ -331,8 +322,7 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 			case <-ctx.Done():
 				return
 			case now := <-tick.C:
-				args[1] = now.Add(s.cfg.Lease).UnixMilli()
-				if err := extendScript.Run(ctx, s.rdb, []string{k.lease, k.meta}, args...).Err(); err != nil && ctx.Err() == nil {
+				if err := s.extend(ctx, c, now.Add(s.cfg.Lease)); err != nil && ctx.Err() == nil {
 					s.log.Warn("redis timers: extend the lease of a batch in hand failed", "shard", c.shard, "err", err)
 				}
 			}
@@ -344,21 +334,35 @@ func (s *Scheduler) keepLease(ctx context.Context, c claimed) (stop func()) {
 	}
 }
 
-// recover moves shard sh's expired leases back to due.
+// extend moves the lease deadline of claim c to until, if c still holds a
+// lease (it was not recovered meanwhile): one lease entry, whatever c's size.
+func (s *Scheduler) extend(ctx context.Context, c claimed, until time.Time) error {
+	k := s.keys.shards[c.shard]
+	if err := extendScript.Run(ctx, s.rdb, []string{k.lease}, c.id, until.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("extend the lease of claim %s: %w", c.id, err)
+	}
+	return nil
+}
+
+// recover moves the timers of shard sh's expired claims back to due.
 func (s *Scheduler) recover(ctx context.Context, sh int) error {
 	k := s.keys.shards[sh]
 	total := 0
 	for {
 		now := time.Now().UnixMilli()
-		n, err := recoverScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta}, now, recoverLimit).Int()
+		res, err := recoverScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.meta, k.claims}, now, recoverLimit).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("recover shard %d: %w", sh, err)
 		}
+		if len(res) != 2 {
+			return fmt.Errorf("recover shard %d: %d values in the answer of recover.lua, want 2", sh, len(res))
+		}
+		n, more := int(res[0]), res[1] == 1
 		total += n
 		if n > 0 {
 			s.lower(sh, now, false)
 		}
-		if n < recoverLimit || ctx.Err() != nil {
+		if !more || ctx.Err() != nil {
 			break
 		}
 	}

@@ -168,7 +168,7 @@ func (s *Scheduler) write(ctx context.Context, batch []*scheduleReq) {
 	sc := make([]*scriptCall, len(calls))
 	for i, c := range calls {
 		k := s.keys.shards[c.shard]
-		sc[i] = &scriptCall{script: scheduleScript, keys: []string{k.due, k.lease, k.meta}, args: c.args}
+		sc[i] = &scriptCall{script: scheduleScript, keys: []string{k.due, k.meta}, args: c.args}
 	}
 	s.evalAll(ctx, sc)
 	for i, c := range calls {

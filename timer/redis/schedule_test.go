@@ -87,7 +87,7 @@ func TestConcurrentSchedulesShareOneCallPerShard(t *testing.T) {
 	ctx := context.Background()
 	defer func() {
 		for _, k := range s.keys.shards {
-			rdb.Del(ctx, k.due, k.lease, k.meta)
+			rdb.Del(ctx, k.due, k.lease, k.claims, k.meta)
 		}
 	}()
 	// Load the script, so that EVALSHA finds it and no call falls back.
