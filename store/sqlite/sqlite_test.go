@@ -226,32 +226,11 @@ func TestPaymentGroupCommitGroups(t *testing.T) {
 			var calls int
 			hold := func(n int) func() {
 				calls = n
-				held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-				go func() {
-					done <- s.WithTx(context.Background(), core.TxOptions{}, func(*core.Tx) error {
-						close(held)
-						<-release
-						return nil
-					})
-				}()
-				<-held
-				return func() {
-					if size != 1 {
-						// Every call queued behind the held writer.
-						deadline := time.Now().Add(10 * time.Second)
-						for s.PaymentsWaiting() < int64(n) {
-							if time.Now().After(deadline) {
-								t.Errorf("%d of %d calls queued after 10s", s.PaymentsWaiting(), n)
-								break
-							}
-							time.Sleep(time.Millisecond)
-						}
-					}
-					close(release)
-					if err := <-done; err != nil {
-						t.Error(err)
-					}
+				want := n
+				if size == 1 {
+					want = 0 // no grouping: nothing waits for a group
 				}
+				return holdWriter(t, s, want)
 			}
 			before, _, _, _ := s.PaymentGroupStats()
 			storetest.PaymentsAtOnce(t, s, clk, hold)
@@ -291,15 +270,7 @@ func TestPaymentGroupWithoutFailuresRunsOnce(t *testing.T) {
 		storetest.Create(t, s, fmt.Sprintf("g%02d", i), "a")
 	}
 	// Hold the writer so that the starts queue into one group.
-	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- s.WithTx(ctx, core.TxOptions{}, func(*core.Tx) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	release := holdWriter(t, s, n)
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
@@ -307,14 +278,7 @@ func TestPaymentGroupWithoutFailuresRunsOnce(t *testing.T) {
 			errs <- err
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.PaymentsWaiting() < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range n {
 		if err := <-errs; err != nil {
 			t.Fatalf("a start failed: %v", err)
@@ -327,6 +291,36 @@ func TestPaymentGroupWithoutFailuresRunsOnce(t *testing.T) {
 	for i := range n {
 		if o, err := s.GetOrder(ctx, fmt.Sprintf("g%02d", i)); err != nil || o.Status != order.Paying {
 			t.Fatalf("order g%02d after its start: %+v %v", i, o.Status, err)
+		}
+	}
+}
+
+// holdWriter takes SQLite's writer in a transaction of its own and returns
+// what releases it: once waiting payment operations are queued behind it (at
+// most 10 s), the transaction ends.
+func holdWriter(t *testing.T, s *sqlite.Store, waiting int) (release func()) {
+	t.Helper()
+	held, free, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- s.WithTx(context.Background(), core.TxOptions{}, func(*core.Tx) error {
+			close(held)
+			<-free
+			return nil
+		})
+	}()
+	<-held
+	return func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for s.PaymentsWaiting() < int64(waiting) {
+			if time.Now().After(deadline) {
+				t.Errorf("%d of %d calls queued after 10s", s.PaymentsWaiting(), waiting)
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(free)
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }
