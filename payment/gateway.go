@@ -21,6 +21,22 @@ type Status struct {
 	State       State
 	PaymentID   string
 	AmountCents int64
+	// Currency is the ISO 4217 code of AmountCents as the gateway reports
+	// it (upper case); "" when the gateway does not say, read as the
+	// order's currency. A payment in another currency cannot pay the order:
+	// it is handled as a payment of another amount.
+	Currency string
+}
+
+// CurrencyGateway is a Gateway that takes only some currencies (Alipay and
+// WeChat Pay domestic trades: CNY). lapse refuses at create an order whose
+// currency the configured gateway cannot take (currency_unsupported),
+// rather than discovering it at the deadline. A Gateway without it is taken
+// to accept any currency.
+type CurrencyGateway interface {
+	// AcceptsCurrency reports whether a trade in currency (ISO 4217, upper
+	// case) can be opened at the gateway.
+	AcceptsCurrency(currency string) bool
 }
 
 // AttemptGateway is a Gateway that keeps one trade per payment attempt —

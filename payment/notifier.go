@@ -45,6 +45,9 @@ type Report struct {
 	// or was cancelled at the gateway.
 	Succeeded   bool
 	AmountCents int64
+	// Currency is the ISO 4217 code of AmountCents (upper case) as the
+	// notification states it; "" when it does not, read as the order's.
+	Currency string
 	// CallbackID identifies the notification as verified — the gateway's
 	// event or notify id, or a digest of what its signature covers — so
 	// that the same notification again is recognised as a replay.
