@@ -135,12 +135,21 @@ type PaymentStatus string
 const (
 	PaymentPending    PaymentStatus = "PENDING"    // started, the current attempt of a PAYING order
 	PaymentSuperseded PaymentStatus = "SUPERSEDED" // replaced by a newer attempt before an outcome
-	PaymentFailed     PaymentStatus = "FAILED"     // the gateway reported it failed
+	PaymentFailed     PaymentStatus = "FAILED"     // the gateway reported it failed, or confirmed it closed unpaid
 	PaymentSucceeded  PaymentStatus = "SUCCEEDED"  // it paid the order
 	// PaymentRefundRequired: it succeeded but did not pay the order (the
 	// order was paid by another attempt, cancelled, or the amount differed).
 	PaymentRefundRequired PaymentStatus = "REFUND_REQUIRED"
 )
+
+// Ended reports whether an attempt in this status has ended for good: it
+// paid the order (SUCCEEDED) or is money to give back (REFUND_REQUIRED). A
+// later report of an ended attempt changes nothing: it is a conflict, or the
+// same report again. A FAILED attempt has not ended: at a gateway that keeps
+// a trade per attempt, a declined payment may still be paid.
+func (s PaymentStatus) Ended() bool {
+	return s == PaymentSucceeded || s == PaymentRefundRequired
+}
 
 // Payment is one payment attempt of an order: the id the client uses at the
 // gateway for it (out_trade_no, PaymentIntent id, …).
@@ -148,8 +157,15 @@ type Payment struct {
 	PaymentID   string
 	Status      PaymentStatus
 	AmountCents int64 // what a success reported; 0 before
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Currency is what a success reported AmountCents in (the order's when
+	// the report named none); "" before.
+	Currency string
+	// Conflicts counts the reports that disagreed with how the attempt had
+	// already ended (a success of another amount after it ended, a FAILED
+	// after a success): each was refused and changed nothing else.
+	Conflicts int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Event types written to the outbox in the same transaction as the change.

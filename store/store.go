@@ -32,7 +32,9 @@ var (
 	// money to give back (OutcomeRefundRequired). Kept for callers that test it.
 	ErrAmountMismatch = errors.New("store: amount does not match the order")
 	ErrInvalidCursor  = errors.New("store: invalid cursor")
-	ErrPaymentIDUsed  = errors.New("store: payment id already used by another attempt of this order")
+	// ErrPaymentIDUsed: an earlier attempt of the order, or an attempt of
+	// another order, has this payment id. A payment id belongs to one order.
+	ErrPaymentIDUsed = errors.New("store: payment id already used by another attempt or another order")
 	// ErrReservationUsed: another order holds this reservation of the
 	// remote inventory; a reservation backs one order.
 	ErrReservationUsed = errors.New("store: another order holds this reservation")
@@ -223,6 +225,11 @@ type PaymentParams struct {
 	OrderID     string
 	PaymentID   string
 	AmountCents int64
+	// Currency is the ISO 4217 code the gateway reported the amount in;
+	// "" when it did not say, read as the order's. A payment in another
+	// currency cannot pay the order: it is money to give back, as a
+	// payment of another amount is.
+	Currency string
 	// CallbackID identifies the signed callback message that reported it
 	// (a digest of its signed timestamp and body, whatever the spelling of
 	// its signature header), empty when the outcome was learnt by a query. A
@@ -245,6 +252,11 @@ const (
 	OutcomeRefundRequired                       // a success that cannot pay the order: flagged for refund
 	OutcomeFailed                               // PAYING → PENDING
 	OutcomeReplayed                             // the same callback again: nothing done
+	// OutcomeConflict: a report of an attempt that has ended (SUCCEEDED,
+	// REFUND_REQUIRED) that disagrees with how it ended — another amount,
+	// or a FAILED after a success. Nothing changes; the attempt counts the
+	// conflict (order.Payment.Conflicts) for a person to look at.
+	OutcomeConflict
 )
 
 // PaymentResult is the order after a payment report and what the report did.

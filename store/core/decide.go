@@ -4,7 +4,9 @@ package core
 // decide_test.go.
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -76,13 +78,36 @@ func Admit(ps []store.CreateOrderParams, st GroupState) (vs []Verdict, take map[
 	return vs, take
 }
 
-// successSeen reports whether a success that could not pay the order o
-// (locked) was applied before: it is the payment that paid o (one payment,
-// reported again), or an attempt already recorded as money to give back.
-// Anything else is new money.
-func successSeen(o order.Order, prior order.Payment, known bool, p store.PaymentParams) bool {
-	if o.Status == order.Paid && o.PaymentID == p.PaymentID {
-		return true
+// successVerdict is what a success that MarkPaid did not take is.
+type successVerdict int
+
+const (
+	successRefund   successVerdict = iota // money to give back
+	successAgain                          // the same success again: nothing to do
+	successConflict                       // a report that disagrees with how its attempt ended
+	successPays                           // it pays the order once the open attempt is superseded
+)
+
+// decideSuccess decides a success p that MarkPaid did not take, from the
+// order o (locked) and its attempts ps. An attempt that has ended is
+// terminal: the same report again changes nothing, and any other report of
+// it is a conflict. Otherwise a success of the order's amount and currency
+// for a PENDING or PAYING order pays it (MarkPaid only missed because
+// another attempt was open); any other success is money to give back.
+func decideSuccess(o order.Order, ps []order.Payment, p store.PaymentParams) successVerdict {
+	currency := cmp.Or(p.Currency, o.Currency)
+	if i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID }); i >= 0 && ps[i].Status.Ended() {
+		prior := ps[i]
+		if prior.AmountCents == p.AmountCents && cmp.Or(prior.Currency, o.Currency) == currency {
+			return successAgain
+		}
+		return successConflict
 	}
-	return known && prior.Status == order.PaymentRefundRequired
+	if o.Status == order.Paid && o.PaymentID == p.PaymentID {
+		return successAgain // paid before attempts were recorded
+	}
+	if o.Status.HoldsStock() && o.AmountCents == p.AmountCents && o.Currency == currency {
+		return successPays
+	}
+	return successRefund
 }

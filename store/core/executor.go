@@ -80,10 +80,15 @@ type Executor interface {
 	// SupersedePayment: PAYING with payment_id = oldID and expires_at > now
 	// → payment_id = newID (still PAYING).
 	SupersedePayment(ctx context.Context, id, oldID, newID string, now time.Time) (order.Order, bool, error)
-	// MarkPaid: PENDING or PAYING with the amount → PAID with p.PaymentID.
+	// MarkPaid: PENDING or PAYING with the amount and currency (p.Currency
+	// "" for the order's) → PAID with p.PaymentID, unless the attempt
+	// p.PaymentID has ended (SUCCEEDED, REFUND_REQUIRED) or another attempt
+	// is open (PENDING).
 	MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error)
-	// FlagRefund sets refund_required on an order (the caller holds its row).
-	FlagRefund(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
+	// FlagRefund sets refund_required on an order (the caller holds its
+	// row); when paymentID is the current attempt of a PAYING order, the
+	// order goes back to PENDING with one more failed attempt.
+	FlagRefund(ctx context.Context, id, paymentID string, now time.Time) (order.Order, bool, error)
 	// FailPayment: PAYING whose payment_id is paymentID (or none, an attempt
 	// started before attempts had ids) → PENDING, one more failed attempt.
 	// It reads no clock: a failure learnt by a gateway query needs none.
@@ -98,9 +103,13 @@ type Executor interface {
 	// order has one by that id.
 	InsertPayment(ctx context.Context, orderID string, p order.Payment) error
 	// SavePayment records an attempt's outcome (Status, AmountCents,
-	// UpdatedAt), inserting it when the order has none by that id (a payment
-	// the gateway reports that lapse never started).
+	// Currency, UpdatedAt), inserting it when the order has none by that id
+	// (a payment the gateway reports that lapse never started). An attempt
+	// that has ended is left as it is; store.ErrPaymentIDUsed when another
+	// order has an attempt by that id.
 	SavePayment(ctx context.Context, orderID string, p order.Payment) error
+	// NoteConflict counts one report that disagreed with how an attempt ended.
+	NoteConflict(ctx context.Context, orderID, paymentID string) error
 	// EndPayment moves an open attempt (PENDING or SUPERSEDED) to status;
 	// ok=false when the order has no open attempt by that id.
 	EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -257,18 +258,15 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		if err != nil {
 			return err
 		}
-		done := order.Payment{PaymentID: p.PaymentID, Status: order.PaymentSucceeded, AmountCents: p.AmountCents, CreatedAt: now, UpdatedAt: now}
+		done := order.Payment{PaymentID: p.PaymentID, Status: order.PaymentSucceeded, AmountCents: p.AmountCents,
+			Currency: p.Currency, CreatedAt: now, UpdatedAt: now}
 		if o, ok, err := tx.MarkPaid(ctx, p, now); err != nil || ok {
 			if err == nil {
-				res = store.PaymentResult{Order: o, Outcome: store.OutcomePaid}
-				err = tx.SavePayment(ctx, o.ID, done)
-			}
-			if err == nil {
-				err = s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o)
+				res, err = s.paid(ctx, tx, now, o, done)
 			}
 			return err
 		}
-		// It cannot pay the order. Decide from the order as it is, held.
+		// It did not pay the order. Decide from the order as it is, held.
 		o, err := tx.LockOrder(ctx, p.OrderID)
 		if err != nil {
 			return err
@@ -277,20 +275,40 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		if err != nil {
 			return err
 		}
-		i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID })
-		prior, known := order.Payment{}, i >= 0
-		if known {
-			prior = ps[i]
-		}
+		done.Currency = cmp.Or(p.Currency, o.Currency)
 		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		if successSeen(o, prior, known, p) {
-			return nil // the same success again
+		switch decideSuccess(o, ps, p) {
+		case successAgain:
+			return nil
+		case successConflict:
+			res.Outcome = store.OutcomeConflict
+			return tx.NoteConflict(ctx, o.ID, p.PaymentID)
+		case successPays:
+			// Money for an attempt other than the open one: it pays, and
+			// the open attempt is superseded (closed at the gateway next).
+			for _, q := range ps {
+				if q.Status == order.PaymentPending && q.PaymentID != p.PaymentID {
+					if _, err := tx.EndPayment(ctx, o.ID, q.PaymentID, order.PaymentSuperseded, now); err != nil {
+						return fmt.Errorf("supersede payment %s: %w", q.PaymentID, err)
+					}
+				}
+			}
+			o, ok, err := tx.MarkPaid(ctx, p, now)
+			if err == nil && !ok {
+				err = fmt.Errorf("order changed while locked")
+			}
+			if err == nil {
+				res, err = s.paid(ctx, tx, now, o, done)
+			}
+			return err
 		}
+		// Money to give back: the attempt ends REFUND_REQUIRED (and, the
+		// current attempt of a PAYING order, the order is PENDING again).
 		done.Status = order.PaymentRefundRequired
 		if err := tx.SavePayment(ctx, o.ID, done); err != nil {
 			return err
 		}
-		o, ok, err := tx.FlagRefund(ctx, o.ID, now)
+		o, ok, err := tx.FlagRefund(ctx, o.ID, p.PaymentID, now)
 		if err == nil && !ok {
 			err = fmt.Errorf("order changed while locked")
 		}
@@ -304,6 +322,19 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
 	}
 	return res, nil
+}
+
+// paid records the attempt that paid o (just marked PAID) and the stock
+// and event that follow.
+func (s *Store) paid(ctx context.Context, tx *Tx, now time.Time, o order.Order, done order.Payment) (store.PaymentResult, error) {
+	done.Currency = cmp.Or(done.Currency, o.Currency)
+	if err := tx.SavePayment(ctx, o.ID, done); err != nil {
+		return store.PaymentResult{}, err
+	}
+	if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o); err != nil {
+		return store.PaymentResult{}, err
+	}
+	return store.PaymentResult{Order: o, Outcome: store.OutcomePaid}, nil
 }
 
 // FailPayment implements store.Orders. Without a callback id it reads no clock.
@@ -334,8 +365,20 @@ func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.P
 		if err != nil {
 			return err
 		}
-		_, err = tx.EndPayment(ctx, p.OrderID, p.PaymentID, order.PaymentFailed, now)
-		return err
+		if ended, err := tx.EndPayment(ctx, p.OrderID, p.PaymentID, order.PaymentFailed, now); err != nil || ended || ok {
+			return err
+		}
+		// Nothing open by that id: a FAILED of an attempt that has ended
+		// (paid, or money to give back) is a conflict.
+		ps, err := tx.Payments(ctx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID }); i >= 0 && ps[i].Status.Ended() {
+			res.Outcome = store.OutcomeConflict
+			return tx.NoteConflict(ctx, p.OrderID, p.PaymentID)
+		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("fail payment of %s: %w", p.OrderID, err)
@@ -401,6 +444,11 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 			}
 			res.Skipped = skippedRows(rest, others)
 		}
+		if p.Confirmed {
+			if err := endOpenAttempts(ctx, tx, done, now); err != nil {
+				return err
+			}
+		}
 		return s.effectsAtCommit(ctx, tx, now, MoveRelease, order.EventCancelled, done...)
 	})
 	if err != nil {
@@ -410,6 +458,28 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
 	return res, nil
+}
+
+// endOpenAttempts records the open attempts of orders a confirmed cancel
+// took as FAILED: the gateway answered each of them not paid and closed it
+// (or closed already), so none is left PENDING on a CANCELLED order. Only the
+// gateway check confirms, one order at a time: a read per order is cheap.
+func endOpenAttempts(ctx context.Context, tx *Tx, done []order.Order, now time.Time) error {
+	for _, o := range done {
+		ps, err := tx.Payments(ctx, o.ID)
+		if err != nil {
+			return fmt.Errorf("read attempts of %s: %w", o.ID, err)
+		}
+		for _, p := range ps {
+			if p.Status != order.PaymentPending && p.Status != order.PaymentSuperseded {
+				continue
+			}
+			if _, err := tx.EndPayment(ctx, o.ID, p.PaymentID, order.PaymentFailed, now); err != nil {
+				return fmt.Errorf("end attempt %s of %s: %w", p.PaymentID, o.ID, err)
+			}
+		}
+	}
+	return nil
 }
 
 // cancelDue runs the UPDATE that decides which orders of the batch (ids in

@@ -79,6 +79,30 @@ WHERE COALESCE(e.created, 0) != 1
    OR COALESCE(e.cancelled, 0) != (o.status = 'CANCELLED')
    OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM payments p WHERE p.order_id = o.id AND p.status = 'REFUND_REQUIRED');
 
+-- name: paid_by_its_attempt
+-- A PAID order's paying attempt is SUCCEEDED with the order's amount and
+-- currency ('' on an attempt recorded before currencies were: the order's).
+SELECT CONCAT('order ', o.id, ' (PAID by ', o.payment_id, '): attempt ', COALESCE(p.status, 'missing'), ' of ',
+              COALESCE(p.amount_cents, 0), ' ', COALESCE(p.currency, ''), ', order ', o.amount_cents, ' ',
+              o.currency) AS detail
+FROM orders o LEFT JOIN payments p ON p.order_id = o.id AND p.payment_id = o.payment_id
+WHERE o.status = 'PAID' AND o.payment_id IS NOT NULL
+  AND (p.payment_id IS NULL OR p.status <> 'SUCCEEDED' OR p.amount_cents <> o.amount_cents
+       OR p.currency NOT IN ('', o.currency));
+
+-- name: no_open_attempt_on_final
+-- A PAID or CANCELLED order has no PENDING attempt: one superseded by the
+-- payment that paid is SUPERSEDED, one the gateway closed before a cancel FAILED.
+SELECT CONCAT('order ', o.id, ' (', o.status, '): attempt ', p.payment_id, ' is still PENDING') AS detail
+FROM payments p JOIN orders o ON o.id = p.order_id
+WHERE p.status = 'PENDING' AND o.status IN ('PAID', 'CANCELLED');
+
+-- name: payment_id_on_one_order
+-- One payment is money for one order: a payment id on two orders could pay both.
+SELECT CONCAT('payment ', payment_id, ': on ', COUNT(DISTINCT order_id), ' orders (', MIN(order_id), ' … ',
+              MAX(order_id), ')') AS detail
+FROM payments GROUP BY payment_id HAVING COUNT(DISTINCT order_id) > 1;
+
 -- name: pending_past_deadline
 SELECT CONCAT('order ', id, ': PENDING, cancel_after ', cancel_after, ' is ',
               TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000, ' ms ago') AS detail

@@ -235,12 +235,13 @@ func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string,
 
 // MarkPaid implements core.Executor.
 func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error) {
-	return e.transition(ctx, p.OrderID, q.Get("mark_paid"), now, p.PaymentID, p.OrderID, p.AmountCents)
+	return e.transition(ctx, p.OrderID, q.Get("mark_paid"), now, p.PaymentID, p.OrderID, p.AmountCents,
+		p.Currency, p.Currency, p.OrderID, p.PaymentID, p.PaymentID)
 }
 
 // FlagRefund implements core.Executor. The flag records no time.
-func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
-	return e.transition(ctx, id, q.Get("flag_refund"), id)
+func (e executor) FlagRefund(ctx context.Context, id, paymentID string, _ time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("flag_refund"), paymentID, paymentID, id)
 }
 
 // FailPayment implements core.Executor.
@@ -253,7 +254,7 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 	return sqlrows.Collect(ctx, e.db, q.Get("get_payments"), []any{orderID}, func(r *sql.Rows) (order.Payment, error) {
 		var p order.Payment
 		var status string
-		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt)
+		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &p.Currency, &p.Conflicts, &p.CreatedAt, &p.UpdatedAt)
 		p.Status = order.PaymentStatus(status)
 		return p, err
 	})
@@ -263,15 +264,26 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 // INSERT, not the transaction (which the core ends).
 func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
 	_, err := e.db.ExecContext(ctx, q.Get("insert_payment"), orderID, p.PaymentID, string(p.Status), p.AmountCents,
-		p.CreatedAt, p.CreatedAt)
+		p.Currency, p.CreatedAt, p.CreatedAt)
 	return interpretError(err, store.ErrPaymentIDUsed)
 }
 
-// SavePayment implements core.Executor.
+// SavePayment implements core.Executor: the attempt's row if it is recorded
+// and open (clientFoundRows: a match counts even if nothing changed), else a
+// new row — a duplicate then is another order's payment id, or an ended
+// attempt, which the core never saves.
 func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
-	status := string(p.Status)
-	_, err := e.db.ExecContext(ctx, q.Get("save_payment"), orderID, p.PaymentID, status, p.AmountCents,
-		p.UpdatedAt, p.UpdatedAt, status, p.AmountCents, p.UpdatedAt)
+	n, err := e.affected(ctx, q.Get("save_payment"), string(p.Status), p.AmountCents, p.Currency, p.UpdatedAt, orderID, p.PaymentID)
+	if err != nil || n == 1 {
+		return err
+	}
+	p.CreatedAt = p.UpdatedAt
+	return e.InsertPayment(ctx, orderID, p)
+}
+
+// NoteConflict implements core.Executor.
+func (e executor) NoteConflict(ctx context.Context, orderID, paymentID string) error {
+	_, err := e.db.ExecContext(ctx, q.Get("note_conflict"), orderID, paymentID)
 	return err
 }
 

@@ -158,14 +158,25 @@ INSERT IGNORE INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?,
 DELETE FROM payment_callbacks WHERE seen_at < ? LIMIT 1000;
 
 -- name: mark_paid
--- Params: now, payment id, order id, amount.
+-- Params: now, payment id, order id, amount, currency twice ('' for the
+-- order's), order id, payment id twice. It pays only what the order asks, and
+-- never by an attempt that has ended (a later report of it is a conflict) nor
+-- while another attempt is open (the core supersedes it first).
 UPDATE orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
-WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ?;
+WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ? AND (? = '' OR currency = ?)
+  AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = ?
+                  AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                    OR (p.payment_id <> ? AND p.status = 'PENDING')));
 
 -- name: flag_refund
--- Param: id. The caller decided under the row's lock that a payment must be
--- given back.
-UPDATE orders SET refund_required = TRUE, version = version + 1
+-- Params: the payment to give back (twice), id. The caller decided under the
+-- row's lock that it must be given back. When it is the current attempt of a
+-- PAYING order, that attempt has ended: the order is PENDING again, as after
+-- a failure, so its timer cancels it or a new attempt pays it. (MySQL
+-- assigns left to right: payment_attempts reads status before it changes.)
+UPDATE orders SET refund_required = TRUE, version = version + 1,
+    payment_attempts = payment_attempts + IF(status = 'PAYING' AND payment_id = ?, 1, 0),
+    status = IF(status = 'PAYING' AND payment_id = ?, 'PENDING', status)
 WHERE id = ?;
 
 -- name: fail_payment
@@ -176,23 +187,28 @@ WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR payment_id IS NULL);
 
 -- name: get_payments
 -- Param: order id. Oldest first.
-SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM payments
 WHERE order_id = ? ORDER BY created_at, payment_id;
 
 -- name: insert_payment
 -- Params: order id, payment id, status, amount, created_at (twice: it is the
 -- updated_at too). A duplicate key is a payment id an earlier attempt of the
 -- order had.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?);
+INSERT INTO payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: save_payment
--- Params: order id, payment id, status, amount, now (created_at), now
--- (updated_at), then for an attempt already recorded status, amount, now. An
--- attempt lapse never started (reported by the gateway) is inserted.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?)
-ON DUPLICATE KEY UPDATE status = ?, amount_cents = ?, updated_at = ?;
+-- Params: status, amount, currency, now, order id, payment id. An attempt's
+-- outcome, on an attempt recorded and not ended (the core never moves an
+-- ended one); no row matched: the attempt is new (insert_payment). Not an
+-- upsert: MySQL's ON DUPLICATE KEY would also take the row of another order
+-- that has this payment id (payments_payment_id_unique).
+UPDATE payments SET status = ?, amount_cents = ?, currency = ?, updated_at = ?
+WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+
+-- name: note_conflict
+-- Params: order id, payment id: a report that disagreed with how the attempt ended.
+UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = ? AND payment_id = ?;
 
 -- name: end_payment
 -- Params: the status it ends in, now, order id, payment id: only an open

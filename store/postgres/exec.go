@@ -132,7 +132,7 @@ func interpretError(err error) error {
 		return refused{store.ErrOrderExists, err}
 	case "orders_reservation":
 		return refused{store.ErrReservationUsed, err}
-	case "payments_pkey":
+	case "payments_pkey", "payments_payment_id_unique":
 		return refused{store.ErrPaymentIDUsed, err}
 	case "stock_ledger_pkey", "stock_tasks_reservation_action":
 		return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)

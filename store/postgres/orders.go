@@ -186,12 +186,12 @@ func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string,
 
 // MarkPaid implements core.Executor.
 func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error) {
-	return e.one(ctx, p.OrderID, "mark_paid", p.OrderID, now, p.PaymentID, p.AmountCents)
+	return e.one(ctx, p.OrderID, "mark_paid", p.OrderID, now, p.PaymentID, p.AmountCents, p.Currency)
 }
 
 // FlagRefund implements core.Executor.
-func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
-	return e.one(ctx, id, "flag_refund", id)
+func (e executor) FlagRefund(ctx context.Context, id, paymentID string, _ time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "flag_refund", id, paymentID)
 }
 
 // FailPayment implements core.Executor.
@@ -203,7 +203,7 @@ func (e executor) FailPayment(ctx context.Context, id, paymentID string) (order.
 func scanPayment(row pgx.CollectableRow) (order.Payment, error) {
 	var p order.Payment
 	var status string
-	err := row.Scan(&p.PaymentID, &status, &p.AmountCents, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(&p.PaymentID, &status, &p.AmountCents, &p.Currency, &p.Conflicts, &p.CreatedAt, &p.UpdatedAt)
 	p.Status, p.CreatedAt, p.UpdatedAt = order.PaymentStatus(status), p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 	return p, err
 }
@@ -224,7 +224,8 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 }
 
 // InsertPayment implements core.Executor: an id the order already used
-// violates payments_pkey, which interpretError reads as store.ErrPaymentIDUsed.
+// violates payments_pkey, one another order has payments_payment_id_unique;
+// interpretError reads both as store.ErrPaymentIDUsed.
 func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
 	_, err := e.exec(ctx, "insert_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.CreatedAt)
 	return err
@@ -232,7 +233,13 @@ func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Pay
 
 // SavePayment implements core.Executor.
 func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
-	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.UpdatedAt)
+	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.UpdatedAt, p.Currency)
+	return err
+}
+
+// NoteConflict implements core.Executor.
+func (e executor) NoteConflict(ctx context.Context, orderID, paymentID string) error {
+	_, err := e.exec(ctx, "note_conflict", orderID, paymentID)
 	return err
 }
 

@@ -301,12 +301,12 @@ func (e executor) SupersedePayment(ctx context.Context, id, oldID, newID string,
 
 // MarkPaid implements core.Executor.
 func (e executor) MarkPaid(ctx context.Context, p store.PaymentParams, now time.Time) (order.Order, bool, error) {
-	return e.one(ctx, "mark_paid", p.OrderID, ms(now), p.PaymentID, p.AmountCents)
+	return e.one(ctx, "mark_paid", p.OrderID, ms(now), p.PaymentID, p.AmountCents, p.Currency)
 }
 
 // FlagRefund implements core.Executor.
-func (e executor) FlagRefund(ctx context.Context, id string, _ time.Time) (order.Order, bool, error) {
-	return e.one(ctx, "flag_refund", id)
+func (e executor) FlagRefund(ctx context.Context, id, paymentID string, _ time.Time) (order.Order, bool, error) {
+	return e.one(ctx, "flag_refund", id, paymentID)
 }
 
 // FailPayment implements core.Executor.
@@ -320,7 +320,7 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 		var p order.Payment
 		var status string
 		var created, updated int64
-		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &created, &updated)
+		err := r.Scan(&p.PaymentID, &status, &p.AmountCents, &p.Currency, &p.Conflicts, &created, &updated)
 		p.Status, p.CreatedAt, p.UpdatedAt = order.PaymentStatus(status), fromMS(created), fromMS(updated)
 		return p, err
 	})
@@ -337,7 +337,16 @@ func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Pay
 
 // SavePayment implements core.Executor.
 func (e executor) SavePayment(ctx context.Context, orderID string, p order.Payment) error {
-	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, ms(p.UpdatedAt))
+	_, err := e.exec(ctx, "save_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, ms(p.UpdatedAt), p.Currency)
+	if isUniqueViolation(err) {
+		return store.ErrPaymentIDUsed // another order's
+	}
+	return err
+}
+
+// NoteConflict implements core.Executor.
+func (e executor) NoteConflict(ctx context.Context, orderID, paymentID string) error {
+	_, err := e.exec(ctx, "note_conflict", orderID, paymentID)
 	return err
 }
 

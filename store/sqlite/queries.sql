@@ -96,14 +96,26 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: mark_paid
+-- ?1 id, ?2 now, ?3 the paying attempt's payment id, ?4 the amount and ?5
+-- the currency reported ('' for the order's). It pays only what the order
+-- asks, and never by an attempt that has ended (a later report of it is a
+-- conflict) nor while another attempt is open (the core supersedes it first).
 UPDATE orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
-WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4
+WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4 AND (?5 = '' OR currency = ?5)
+  AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = ?1
+                  AND ((p.payment_id = ?3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                    OR (p.payment_id != ?3 AND p.status = 'PENDING')))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: flag_refund
--- ?1 id. The caller decided under the row's lock that a payment must be given back.
-UPDATE orders SET refund_required = 1, version = version + 1
+-- ?1 id, ?2 the payment to give back. The caller decided under the row's lock
+-- that it must be given back. When it is the current attempt of a PAYING
+-- order, that attempt has ended: the order is PENDING again, as after a
+-- failure, so its timer cancels it or a new attempt pays it.
+UPDATE orders SET refund_required = 1, version = version + 1,
+    status = CASE WHEN status = 'PAYING' AND payment_id = ?2 THEN 'PENDING' ELSE status END,
+    payment_attempts = payment_attempts + CASE WHEN status = 'PAYING' AND payment_id = ?2 THEN 1 ELSE 0 END
 WHERE id = ?1
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -309,7 +321,7 @@ INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_payments
-SELECT payment_id, status, amount_cents, created_at, updated_at FROM payments
+SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM payments
 WHERE order_id = ?1 ORDER BY created_at, payment_id;
 
 -- name: insert_payment
@@ -318,12 +330,20 @@ INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, up
 VALUES (?1, ?2, ?3, ?4, ?5, ?5);
 
 -- name: save_payment
--- An attempt's outcome; an attempt lapse never started (reported by the
--- gateway) is inserted.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+-- An attempt's outcome (?3 status, ?4 amount, ?5 now, ?6 currency); an
+-- attempt lapse never started (reported by the gateway) is inserted. An
+-- attempt that has ended is never moved (the core decides before); a payment
+-- id another order has violates payments_payment_id_unique.
+INSERT INTO payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?6, ?5, ?5)
 ON CONFLICT (order_id, payment_id) DO UPDATE SET
-    status = excluded.status, amount_cents = excluded.amount_cents, updated_at = excluded.updated_at;
+    status = excluded.status, amount_cents = excluded.amount_cents, currency = excluded.currency,
+    updated_at = excluded.updated_at
+WHERE payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+
+-- name: note_conflict
+-- ?1 order id, ?2 payment id: a report that disagreed with how the attempt ended.
+UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = ?1 AND payment_id = ?2;
 
 -- name: end_payment
 -- ?1 order id, ?2 payment id, ?3 the status it ends in, ?4 now: only an open

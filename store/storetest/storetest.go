@@ -71,6 +71,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("creates, buyer cancels and timeouts on shared SKUs never deadlock", func(t *testing.T) { testNoDeadlocks(t, newStore) })
 	t.Run("payment attempts: each report acts on the attempt it names", func(t *testing.T) { testPaymentAttempts(t, newStore) })
 	t.Run("the next deadline skips what the claim skips; a claim never reaches past now", func(t *testing.T) { testClaimAgreesWithNextDeadline(t, newStore) })
+	exerciseMoney(t, newStore)
 }
 
 // Create places an order of qty 1 per SKU with the suite's timeout and grace.
@@ -239,7 +240,9 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 				case a == order.ActPaymentSucceeded && from == order.Cancelled && outcome != store.OutcomeRefundRequired,
 					a == order.ActPaymentSucceeded && (from == order.Pending || from == order.Paying) && outcome != store.OutcomePaid,
 					a == order.ActPaymentFailed && from == order.Paying && outcome != store.OutcomeFailed,
-					a == order.ActPaymentFailed && from != order.Paying && outcome != store.OutcomeNoChange:
+					// A FAILED of the attempt that paid: a conflict, nothing changes.
+					a == order.ActPaymentFailed && from == order.Paid && outcome != store.OutcomeConflict,
+					a == order.ActPaymentFailed && from != order.Paying && from != order.Paid && outcome != store.OutcomeNoChange:
 					t.Fatalf("%s on %s: outcome %d", a, from, outcome)
 				}
 				if a == order.ActPaymentFailed && from == order.Paying && after.PaymentAttempts != before.PaymentAttempts+1 {
@@ -417,7 +420,8 @@ func testAmountMismatch(t *testing.T, newStore Factory) {
 		Create(t, s, id, "a")
 		into(t, s, id, st)
 		before := get(t, s, id)
-		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p", AmountCents: 999})
+		pid := id + "-p" // a payment id belongs to one order
+		res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: pid, AmountCents: 999})
 		if err != nil || res.Outcome != store.OutcomeRefundRequired {
 			t.Fatalf("%s: %+v %v, want OutcomeRefundRequired", st, res, err)
 		}
@@ -425,11 +429,11 @@ func testAmountMismatch(t *testing.T, newStore Factory) {
 		if after.Version != before.Version+1 || after.Status != before.Status || !after.RefundRequired {
 			t.Fatalf("%s: after a payment of another amount %+v, want the status kept and refund_required", st, after)
 		}
-		if p := paymentOf(t, after, "p"); p.Status != order.PaymentRefundRequired || p.AmountCents != 999 {
+		if p := paymentOf(t, after, pid); p.Status != order.PaymentRefundRequired || p.AmountCents != 999 {
 			t.Fatalf("%s: the attempt is %+v, want REFUND_REQUIRED of 999", st, p)
 		}
 		// The same report again changes nothing.
-		if res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "p", AmountCents: 999}); err != nil || res.Outcome != store.OutcomeNoChange {
+		if res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: pid, AmountCents: 999}); err != nil || res.Outcome != store.OutcomeNoChange {
 			t.Fatalf("%s: the same report again: %+v %v, want OutcomeNoChange", st, res, err)
 		}
 	}
