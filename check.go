@@ -39,7 +39,8 @@ func (s *Service) CheckPayment(ctx context.Context, id string) (PaymentCheck, er
 		return PaymentCheck{}, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, _, err := s.checks.query(qctx, id)
+	ans, err := s.checks.query(qctx, id)
+	st := ans.Status
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
@@ -50,11 +51,10 @@ func (s *Service) CheckPayment(ctx context.Context, id string) (PaymentCheck, er
 	if st.State != payment.StatePaid {
 		return res, nil
 	}
-	pr, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
+	pr, err := s.recordPaid(ctx, id, st)
 	if err != nil {
 		return PaymentCheck{}, fmt.Errorf("lapse: record the payment the gateway reports for order %s: %w", id, err)
 	}
-	s.notePayment(ctx, pr, st.PaymentID)
 	res.Outcome, res.Order = pr.Outcome, pr.Order
 	return res, nil
 }

@@ -3,6 +3,7 @@ package lapse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -137,7 +138,8 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	s := c.s
 	retry := timer.Backoff(ch.attempt + 1)
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, closeOpen, err := c.query(qctx, id)
+	ans, err := c.query(qctx, id)
+	st := ans.Status
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
@@ -147,17 +149,25 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	s.metrics.gatewayChecks.WithLabelValues(string(st.State)).Inc()
 	switch st.State {
 	case payment.StatePaid:
-		res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
+		res, err := s.recordPaid(ctx, id, st)
 		if err != nil {
 			s.log.Warn("mark paid after gateway query", "order_id", id, "err", err)
 			return retry, true
 		}
-		s.notePayment(ctx, res, st.PaymentID)
-		if res.Order.Status != order.Paid {
-			s.log.Error("gateway reports a payment that cannot pay the order (another amount?): flagged refund_required, left for a person to settle (see lapse reconcile)",
-				"order_id", id, "payment_id", st.PaymentID, "gateway_amount_cents", st.AmountCents)
+		if !res.Order.Status.HoldsStock() {
+			return 0, false // PAID; or CANCELLED meanwhile, the money flagged
 		}
-		return 0, false
+		// A payment that cannot pay the order (another amount or currency,
+		// or an attempt that had ended): its money is flagged, and the
+		// order is still open past its deadline.
+		s.log.Warn("the gateway reports a payment that cannot pay the order: flagged for refund; the order's deadline has passed",
+			"order_id", id, "payment_id", st.PaymentID, "gateway_amount_cents", st.AmountCents, "gateway_currency", st.Currency)
+		if ans.perAttempt {
+			return 0, true // the ended attempt is not asked again: the others are, or none is left open
+		}
+		// Asked about the order as a whole, the gateway would answer the
+		// same again: that trade is paid (and flagged), nothing is open.
+		return c.cancelConfirmed(ctx, id, retry)
 	case payment.StatePending:
 		if ch.pendingSince.IsZero() {
 			ch.pendingSince = time.Now()
@@ -167,9 +177,9 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 		}
 		s.log.Warn("payment still in progress at the gateway after the maximum wait: closing the trade", "order_id", id,
 			"waited", time.Since(ch.pendingSince).Round(time.Second))
-		return c.closeAndCancel(ctx, id, closeOpen, retry)
+		return c.closeAndCancel(ctx, id, ans.closeOpen, retry)
 	case payment.StateNotPaid:
-		return c.closeAndCancel(ctx, id, closeOpen, retry)
+		return c.closeAndCancel(ctx, id, ans.closeOpen, retry)
 	case payment.StateClosed:
 		return c.cancelConfirmed(ctx, id, retry)
 	}
@@ -214,7 +224,8 @@ func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Dur
 func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Duration, bool) {
 	s := c.s
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, _, err := c.query(qctx, id)
+	ans, err := c.query(qctx, id)
+	st := ans.Status
 	cancel()
 	if err != nil {
 		if ch.attempt >= 5 {
@@ -226,13 +237,25 @@ func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Durat
 	if st.State != payment.StatePaid {
 		return 0, false
 	}
-	res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents})
-	if err != nil {
+	if _, err := s.recordPaid(ctx, id, st); err != nil {
 		s.log.Error("confirmation found a payment that could not be recorded; run lapse reconcile", "order_id", id, "err", err)
-		return 0, false
+	}
+	return 0, false
+}
+
+// recordPaid records a payment a gateway query found (st is PAID), in the
+// currency the gateway reported, and does what follows it.
+func (s *Service) recordPaid(ctx context.Context, id string, st payment.Status) (store.PaymentResult, error) {
+	currency, err := paymentCurrency(st.Currency)
+	if err != nil {
+		return store.PaymentResult{}, fmt.Errorf("the gateway's answer about order %s: %w", id, err)
+	}
+	res, err := s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: st.PaymentID, AmountCents: st.AmountCents, Currency: currency})
+	if err != nil {
+		return res, err
 	}
 	s.notePayment(ctx, res, st.PaymentID)
-	return 0, false
+	return res, nil
 }
 
 // query asks the gateway about an order's payment. A gateway that keeps a
@@ -241,17 +264,29 @@ func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Durat
 // closed, any failed one — and the answers are read as one: PAID if any attempt is (with
 // its payment_id); else PENDING if any is; else NOT_PAID if any is; else
 // CLOSED. Other gateways, and orders whose attempts lapse never recorded,
-// are asked about the order as a whole. closeOpen closes what the answer
-// found open: the order's trade, or each attempt still open.
-func (c *checker) query(ctx context.Context, id string) (payment.Status, func(context.Context) error, error) {
+// are asked about the order as a whole; an order whose attempts have all
+// ended (REFUND_REQUIRED: their money flagged) has nothing open, CLOSED.
+// closeOpen closes what the answer found open: the order's trade, or each
+// attempt still open.
+// answer is what query found: the gateway's answer read as one, whether it
+// was read attempt by attempt, and how to close what it found open.
+type answer struct {
+	payment.Status
+	perAttempt bool
+	closeOpen  func(context.Context) error
+}
+
+func (c *checker) query(ctx context.Context, id string) (answer, error) {
 	closeOrder := func(ctx context.Context) error { return c.gw.Close(ctx, id) }
 	ag, perAttempt := c.gw.(payment.AttemptGateway)
 	var open []string
+	attempts := 0
 	if perAttempt {
 		o, err := c.s.store.GetOrder(ctx, id)
 		if err != nil {
-			return payment.Status{}, nil, err
+			return answer{}, err
 		}
+		attempts = len(o.Payments)
 		for _, p := range o.Payments {
 			// A failed attempt too: at a gateway that keeps a trade per
 			// attempt, a failure leaves the trade open (a declined Stripe
@@ -263,23 +298,29 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 			}
 		}
 	}
-	if len(open) == 0 {
+	if attempts == 0 {
 		st, err := c.gw.Query(ctx, id)
-		return st, closeOrder, err
+		return answer{Status: st, closeOpen: closeOrder}, err
+	}
+	if len(open) == 0 {
+		// Each attempt ended (its money flagged for refund): a gateway
+		// that keeps trades per attempt has nothing of this order open,
+		// and one asked about "the order" (Stripe) could not answer.
+		return answer{Status: payment.Status{State: payment.StateClosed}, perAttempt: true, closeOpen: closeOrder}, nil
 	}
 	seen := payment.Status{State: payment.StateClosed}
 	var toClose []string
 	for _, pid := range open {
 		st, err := ag.QueryAttempt(ctx, id, pid)
 		if err != nil {
-			return payment.Status{}, nil, err
+			return answer{}, err
 		}
 		switch st.State {
 		case payment.StatePaid:
 			if st.PaymentID == "" {
 				st.PaymentID = pid
 			}
-			return st, nil, nil
+			return answer{Status: st, perAttempt: true}, nil
 		case payment.StatePending:
 			seen.State = payment.StatePending
 			toClose = append(toClose, pid)
@@ -290,17 +331,17 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 			toClose = append(toClose, pid)
 		case payment.StateClosed:
 		default:
-			return st, nil, nil // an unknown state: asked again later
+			return answer{Status: st, perAttempt: true}, nil // an unknown state: asked again later
 		}
 	}
-	return seen, func(ctx context.Context) error {
+	return answer{Status: seen, perAttempt: true, closeOpen: func(ctx context.Context) error {
 		for _, pid := range toClose {
 			if err := ag.CloseAttempt(ctx, id, pid); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, nil
+	}}, nil
 }
 
 // closeSuperseded closes, best effort, the superseded attempts of an order
@@ -338,11 +379,8 @@ func (c *checker) closeSuperseded(id string) {
 			if errors.Is(err, payment.ErrAlreadyPaid) {
 				var st payment.Status
 				if st, err = ag.QueryAttempt(ctx, id, p.PaymentID); err == nil && st.State == payment.StatePaid {
-					var res store.PaymentResult
-					res, err = s.store.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: p.PaymentID, AmountCents: st.AmountCents})
-					if err == nil {
-						s.notePayment(ctx, res, p.PaymentID)
-					}
+					st.PaymentID = p.PaymentID
+					_, err = s.recordPaid(ctx, id, st)
 				}
 			}
 			if err != nil {

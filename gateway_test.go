@@ -2,6 +2,7 @@ package lapse_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -130,24 +131,41 @@ func TestCloseFindingAPaymentMarksPaid(t *testing.T) {
 	storetest.AuditOK(t, svc.Store())
 }
 
-// The gateway reports a payment of another amount: nothing is cancelled or
-// marked paid; the order waits for a person (and reconcile).
-func TestGatewayAmountMismatchChangesNothing(t *testing.T) {
+// The gateway reports a payment of another amount (or currency) at the
+// deadline: it cannot pay the order, so its money is flagged for refund and
+// the order is cancelled with its stock released — never left PAYING
+// forever, never marked paid, and the paid trade is not closed.
+func TestGatewayAmountMismatchCancelsAndFlags(t *testing.T) {
 	t.Parallel()
-	gw := newScripted()
-	gw.set("odd", payment.Status{State: payment.StatePaid, PaymentID: "p-odd", AmountCents: 99})
-	svc := gatewayService(t, gw)
-	create(t, svc, "odd", 300*time.Millisecond)
-	if _, err := svc.Pay(context.Background(), "odd"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the gateway query", func() bool { q, _ := gw.count("odd"); return q >= 1 })
-	time.Sleep(200 * time.Millisecond) // a window in which nothing may happen
-	if got := status(t, svc, "odd"); got != order.Paying {
-		t.Fatalf("order is %s, want it left PAYING", got)
-	}
-	if _, c := gw.count("odd"); c != 0 {
-		t.Fatal("closed a trade the gateway says is paid")
+	for _, c := range []struct {
+		name string
+		st   payment.Status
+	}{
+		{"another amount", payment.Status{State: payment.StatePaid, PaymentID: "p-odd", AmountCents: 99}},
+		{"another currency", payment.Status{State: payment.StatePaid, PaymentID: "p-odd", AmountCents: 100, Currency: "JPY"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			gw := newScripted()
+			gw.set("odd", c.st)
+			svc := gatewayService(t, gw)
+			create(t, svc, "odd", 300*time.Millisecond)
+			if _, err := svc.Pay(context.Background(), "odd"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the cancel", func() bool { return status(t, svc, "odd") == order.Cancelled })
+			o, err := svc.Get(context.Background(), "odd")
+			if err != nil || !o.RefundRequired || !hasPayment(o, "p-odd", order.PaymentRefundRequired) {
+				t.Fatalf("after the check: %+v %v, want p-odd to refund", o, err)
+			}
+			if _, c := gw.count("odd"); c != 0 {
+				t.Fatal("closed a trade the gateway says is paid")
+			}
+			if sku, _ := svc.Store().GetSKU(context.Background(), "sku"); sku.Locked != 0 || sku.Sold != 0 {
+				t.Fatalf("stock %+v, want released", sku)
+			}
+			storetest.AuditOK(t, svc.Store())
+		})
 	}
 }
 
@@ -364,4 +382,37 @@ func TestEveryOpenAttemptClosedBeforeTheCancel(t *testing.T) {
 		t.Fatalf("the order as a whole was asked about or closed %d times", whole)
 	}
 	storetest.AuditOK(t, svc.Store())
+}
+
+// cnyOnly is a scripted gateway that takes only CNY (as Alipay's and WeChat
+// Pay's domestic trades do).
+type cnyOnly struct{ *scripted }
+
+func (cnyOnly) AcceptsCurrency(c string) bool { return c == "CNY" }
+
+// An order in a currency the gateway cannot take is refused at create
+// (currency_unsupported, nothing written), and a default currency it cannot
+// take is refused at start.
+func TestCurrencyTheGatewayCannotTake(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "l.db"))
+	t.Cleanup(func() { st.Close() })
+	if _, err := lapse.New(lapse.Config{Store: st, Gateway: cnyOnly{newScripted()}, Logger: quiet}); err == nil {
+		t.Fatal("a CNY-only gateway with the default currency USD started")
+	}
+	svc := newService(t, lapse.Config{Store: st, Gateway: cnyOnly{newScripted()}, DefaultCurrency: "CNY"})
+	storetest.Stock(t, st, 1, "sku")
+	_, err := svc.CreateOrder(context.Background(), lapse.CreateOrderRequest{
+		ID: "usd", Items: []order.Item{{SKU: "sku", Qty: 1}}, AmountCents: 100, Currency: "USD"})
+	var inv *lapse.InvalidError
+	if !errors.As(err, &inv) || inv.Code != "currency_unsupported" {
+		t.Fatalf("a USD order at a CNY-only gateway: %v, want currency_unsupported", err)
+	}
+	if _, err := svc.Get(context.Background(), "usd"); !errors.Is(err, lapse.ErrNotFound) {
+		t.Fatalf("the refused order exists: %v", err)
+	}
+	if _, err := svc.CreateOrder(context.Background(), lapse.CreateOrderRequest{
+		ID: "cny", Items: []order.Item{{SKU: "sku", Qty: 1}}, AmountCents: 100}); err != nil {
+		t.Fatalf("a CNY order: %v", err)
+	}
 }

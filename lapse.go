@@ -230,6 +230,9 @@ func (c *Config) validate() error {
 	if !currencyRE.MatchString(c.DefaultCurrency) {
 		return fmt.Errorf("lapse: Config.DefaultCurrency %q: want three capital letters (ISO 4217)", c.DefaultCurrency)
 	}
+	if cg, ok := c.Gateway.(payment.CurrencyGateway); ok && !cg.AcceptsCurrency(c.DefaultCurrency) {
+		return fmt.Errorf("lapse: Config.DefaultCurrency %s: the payment gateway cannot take it (set the default currency to one it takes)", c.DefaultCurrency)
+	}
 	return nil
 }
 

@@ -40,6 +40,7 @@ type metrics struct {
 	paid             prometheus.Counter
 	cancelled        *prometheus.CounterVec
 	refundRequired   prometheus.Counter
+	paymentConflicts prometheus.Counter
 	lateness         prometheus.Histogram
 	batches          *prometheus.CounterVec
 	batchSize        prometheus.Histogram
@@ -72,7 +73,12 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "lapse_orders_cancelled_total", Help: "Orders cancelled, by reason (timeout, buyer).",
 		}, []string{"reason"}),
 		refundRequired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lapse_refund_required_total", Help: "Successful payments that arrived for an order already cancelled.",
+			Name: "lapse_refund_required_total",
+			Help: "Successful payments that could not pay their order (cancelled, paid by another attempt, another amount or currency): money to give back.",
+		}),
+		paymentConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lapse_payment_conflicts_total",
+			Help: "Payment reports refused because they disagree with how their attempt had already ended (counted on the attempt too).",
 		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lapse_cancel_lateness_seconds",
@@ -118,7 +124,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.lateness,
+	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.lateness,
 		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -128,6 +130,12 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 		p.Currency = s.cfg.DefaultCurrency
 	} else if !currencyRE.MatchString(p.Currency) {
 		return p, invalid("currency", "want three capital letters (ISO 4217), got %q", p.Currency)
+	}
+	if cg, ok := s.cfg.Gateway.(payment.CurrencyGateway); ok && !cg.AcceptsCurrency(p.Currency) {
+		// Refused now, not found out at the deadline: the gateway could
+		// never take this order's money.
+		return p, &InvalidError{Code: "currency_unsupported", Field: "currency",
+			Message: fmt.Sprintf("the payment gateway cannot take %s", p.Currency)}
 	}
 	if p.Timeout == 0 {
 		p.Timeout = s.cfg.DefaultTimeout

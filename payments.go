@@ -3,6 +3,7 @@ package lapse
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -73,6 +74,10 @@ type Notification struct {
 	PaymentID   string
 	Status      PaymentStatus
 	AmountCents int64
+	// Currency is the ISO 4217 code of AmountCents (any case; "" for the
+	// order's). A success in another currency than the order's cannot pay
+	// it: it is money to give back, as another amount is.
+	Currency string
 	// CallbackID identifies the signed message (see store.PaymentParams): the
 	// same message again is a replay and changes nothing.
 	CallbackID string
@@ -94,7 +99,11 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 	if err := validPaymentID("payment_id", n.PaymentID); err != nil {
 		return store.PaymentResult{}, err
 	}
-	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, CallbackID: n.CallbackID}
+	currency, err := paymentCurrency(n.Currency)
+	if err != nil {
+		return store.PaymentResult{}, err
+	}
+	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, Currency: currency, CallbackID: n.CallbackID}
 	switch n.Status {
 	case PaymentSucceeded:
 		res, err := s.store.CompletePayment(ctx, p)
@@ -108,6 +117,9 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 		if err != nil {
 			return res, err
 		}
+		if res.Outcome == store.OutcomeConflict {
+			s.notePayment(ctx, res, n.PaymentID)
+		}
 		// Also on a duplicate of a report that failed the payment: the first
 		// may have committed without reaching this (its answer lost, so the
 		// gateway sent it again). Schedule is an upsert.
@@ -120,6 +132,19 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 	}
 }
 
+// paymentCurrency normalises a reported currency: "" (the order's), or
+// three letters of ISO 4217 in any case (Stripe reports "usd").
+func paymentCurrency(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	u := strings.ToUpper(c)
+	if !currencyRE.MatchString(u) {
+		return "", invalid("currency", "want three letters (ISO 4217), got %q", c)
+	}
+	return u, nil
+}
+
 // notePayment does what follows a successful payment being recorded, however
 // it was learnt (callback, gateway query, confirmation).
 func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paymentID string) {
@@ -130,10 +155,25 @@ func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paym
 		if s.cfg.RemindBefore > 0 {
 			s.unschedule(ctx, reminderPrefix+res.Order.ID)
 		}
+		if res.Superseded && s.checks != nil {
+			// Another attempt was open when this one paid: close it at
+			// the gateway, so the buyer cannot pay the order twice.
+			s.checks.closeSuperseded(res.Order.ID)
+		}
 	case store.OutcomeRefundRequired:
 		s.metrics.refundRequired.Inc()
 		s.log.Warn("a payment succeeded that cannot pay the order: refund required",
 			"order_id", res.Order.ID, "status", res.Order.Status, "payment_id", paymentID)
+		if res.Order.Status == order.Pending {
+			// It ended the current attempt: the order is PENDING again,
+			// and its timer (fired already, perhaps) cancels it unless a
+			// new attempt pays it. Schedule is an upsert.
+			s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
+		}
+	case store.OutcomeConflict:
+		s.metrics.paymentConflicts.Inc()
+		s.log.Warn("a payment report disagrees with how its attempt already ended: refused, nothing changed",
+			"order_id", res.Order.ID, "payment_id", paymentID)
 	}
 }
 

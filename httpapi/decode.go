@@ -423,6 +423,8 @@ type notifyBody struct {
 	PaymentID   *string `json:"payment_id"`
 	Status      *string `json:"status"`
 	AmountCents *int64  `json:"amount_cents"`
+	// Currency is optional: absent, the payment is in the order's currency.
+	Currency *string `json:"currency"`
 }
 
 func decodeNotify(body []byte) (lapse.Notification, error) {
@@ -438,9 +440,16 @@ func decodeNotify(body []byte) (lapse.Notification, error) {
 	if b.AmountCents == nil {
 		return lapse.Notification{}, badRequest("invalid_field", "amount_cents: required")
 	}
-	return lapse.Notification{
+	n := lapse.Notification{
 		OrderID: *b.OrderID, PaymentID: *b.PaymentID, Status: lapse.PaymentStatus(*b.Status), AmountCents: *b.AmountCents,
-	}, nil
+	}
+	if b.Currency != nil {
+		if *b.Currency == "" {
+			return lapse.Notification{}, badRequest("invalid_field", "currency: must not be empty (omit it for the order's)")
+		}
+		n.Currency = *b.Currency
+	}
+	return n, nil
 }
 
 type setStockBody struct {

@@ -66,9 +66,9 @@ func (s *server) applyReport(r *http.Request, n payment.Notifier, rep payment.Re
 		status = lapse.PaymentSucceeded
 	}
 	_, err := s.svc.Notify(ctx, lapse.Notification{OrderID: orderID, PaymentID: rep.PaymentID, Status: status,
-		AmountCents: rep.AmountCents, CallbackID: n.Name() + ":" + rep.CallbackID})
+		AmountCents: rep.AmountCents, Currency: rep.Currency, CallbackID: n.Name() + ":" + rep.CallbackID})
 	var inv *lapse.InvalidError
-	if errors.Is(err, lapse.ErrNotFound) || errors.As(err, &inv) {
+	if errors.Is(err, lapse.ErrNotFound) || errors.Is(err, lapse.ErrPaymentIDUsed) || errors.As(err, &inv) {
 		s.log.Warn("gateway notification names no order of lapse's, or one it cannot apply; acknowledged", "gateway", n.Name(),
 			"order_id", orderID, "payment_id", rep.PaymentID, "err", err)
 		return nil

@@ -232,7 +232,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, store.ErrNotPending):
 		ae = &apiError{http.StatusConflict, "order_not_pending", "the order is not PENDING"}
 	case errors.Is(err, store.ErrPaymentIDUsed):
-		ae = &apiError{http.StatusConflict, "payment_id_used", "an earlier payment attempt of this order used this payment_id"}
+		ae = &apiError{http.StatusConflict, "payment_id_used", "this payment_id belongs to an earlier attempt of this order or to another order"}
 	case errors.Is(err, context.DeadlineExceeded):
 		ae = &apiError{http.StatusServiceUnavailable, "timeout",
 			"the request did not finish in time (a row held by another transaction?); a create's outcome is unknown: retry it with the same Idempotency-Key"}
@@ -453,6 +453,7 @@ func (s *server) notify(w http.ResponseWriter, r *http.Request) error {
 	result := map[store.PaymentOutcome]string{
 		store.OutcomeNoChange: "no_change", store.OutcomePaid: "paid",
 		store.OutcomeRefundRequired: "refund_required", store.OutcomeFailed: "failed", store.OutcomeReplayed: "replayed",
+		store.OutcomeConflict: "conflict",
 	}[res.Outcome]
 	return writeJSON(w, http.StatusOK, map[string]any{"result": result, "order": res.Order})
 }

@@ -444,6 +444,7 @@ type notifyReq struct {
 	PaymentID   string `json:"payment_id"`
 	Status      string `json:"status"`
 	AmountCents int64  `json:"amount_cents"`
+	Currency    string `json:"currency,omitempty"`
 }
 
 func (e *env) notify(t *testing.T, body []byte, signature string) response {
@@ -1221,12 +1222,17 @@ func TestNotify(t *testing.T) {
 			}
 			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
 		})
-		t.Run("FAILED on a PAID order answers 200 and changes nothing", func(t *testing.T) {
-			snap := e.snapshot(t, []string{o.ID}, []string{"a"})
+		t.Run("FAILED of the attempt that paid answers 200 conflict: counted on the attempt, nothing else changes", func(t *testing.T) {
+			before, snap := e.get(t, o.ID), e.snapshot(t, nil, []string{"a"})
 			f := succeeded(o)
 			f.Status = "FAILED"
-			wantNotify(t, e.notifySigned(t, f), "no_change")
-			wantUnchanged(t, snap, e.snapshot(t, []string{o.ID}, []string{"a"}))
+			wantNotify(t, e.notifySigned(t, f), "conflict")
+			after := e.get(t, o.ID)
+			if after.Status != order.Paid || after.Version != before.Version || len(after.Payments) != 1 ||
+				after.Payments[0].Status != order.PaymentSucceeded || after.Payments[0].Conflicts != 1 {
+				t.Errorf("after a FAILED of the paying attempt: %+v, want PAID, version %d, the attempt SUCCEEDED with 1 conflict", after, before.Version)
+			}
+			wantUnchanged(t, snap, e.snapshot(t, nil, []string{"a"}))
 		})
 		t.Run("a different amount on a PAID order is money to refund", func(t *testing.T) {
 			m := succeeded(o)
@@ -1566,7 +1572,7 @@ func TestNotifySecretRotation(t *testing.T) {
 	for i, secret := range [][]byte{current, previous} {
 		id := fmt.Sprintf("r-%d", i)
 		e.create(t, createReq{ID: id, Items: []item{{"a", 1}}, AmountCents: 5})
-		body, _ := json.Marshal(notifyReq{OrderID: id, PaymentID: "p", Status: "SUCCEEDED", AmountCents: 5})
+		body, _ := json.Marshal(notifyReq{OrderID: id, PaymentID: "p-" + id, Status: "SUCCEEDED", AmountCents: 5})
 		wantError(t, e.notify(t, body, payment.Sign([]byte("whsec_older"), time.Now(), body)), http.StatusUnauthorized, "invalid_signature")
 		wantNotify(t, e.notify(t, body, payment.Sign(secret, time.Now(), body)), "paid")
 	}

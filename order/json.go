@@ -105,6 +105,8 @@ type paymentJSON struct {
 	PaymentID   string        `json:"payment_id"`
 	Status      PaymentStatus `json:"status"`
 	AmountCents int64         `json:"amount_cents,omitempty"`
+	Currency    string        `json:"currency,omitempty"`
+	Conflicts   int           `json:"conflicts,omitempty"`
 	CreatedAt   string        `json:"created_at"`
 	UpdatedAt   string        `json:"updated_at"`
 }
@@ -130,8 +132,8 @@ func (o Order) MarshalJSON() ([]byte, error) {
 	if o.Payments != nil { // loaded (a read of one order): listed, [] when none
 		ps := make([]paymentJSON, len(o.Payments))
 		for i, p := range o.Payments {
-			ps[i] = paymentJSON{PaymentID: p.PaymentID, Status: p.Status, AmountCents: p.AmountCents,
-				CreatedAt: FormatTime(p.CreatedAt), UpdatedAt: FormatTime(p.UpdatedAt)}
+			ps[i] = paymentJSON{PaymentID: p.PaymentID, Status: p.Status, AmountCents: p.AmountCents, Currency: p.Currency,
+				Conflicts: p.Conflicts, CreatedAt: FormatTime(p.CreatedAt), UpdatedAt: FormatTime(p.UpdatedAt)}
 		}
 		j.Payments = &ps
 	}
@@ -178,7 +180,8 @@ func (o *Order) UnmarshalJSON(b []byte) error {
 	if j.Payments != nil {
 		o.Payments = make([]Payment, len(*j.Payments))
 		for i, p := range *j.Payments {
-			o.Payments[i] = Payment{PaymentID: p.PaymentID, Status: p.Status, AmountCents: p.AmountCents}
+			o.Payments[i] = Payment{PaymentID: p.PaymentID, Status: p.Status, AmountCents: p.AmountCents, Currency: p.Currency,
+				Conflicts: p.Conflicts}
 			times = append(times, field{&o.Payments[i].CreatedAt, p.CreatedAt}, field{&o.Payments[i].UpdatedAt, p.UpdatedAt})
 		}
 	}

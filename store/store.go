@@ -263,6 +263,10 @@ const (
 type PaymentResult struct {
 	Order   order.Order
 	Outcome PaymentOutcome
+	// Superseded: the payment paid the order while another attempt was
+	// open, and that attempt is now SUPERSEDED — still open at a gateway
+	// that keeps a trade per attempt, to be closed there.
+	Superseded bool
 }
 
 // CancelDueParams is a batch of due timers, or a claim of due orders.

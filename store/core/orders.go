@@ -286,11 +286,13 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 		case successPays:
 			// Money for an attempt other than the open one: it pays, and
 			// the open attempt is superseded (closed at the gateway next).
+			superseded := false
 			for _, q := range ps {
 				if q.Status == order.PaymentPending && q.PaymentID != p.PaymentID {
 					if _, err := tx.EndPayment(ctx, o.ID, q.PaymentID, order.PaymentSuperseded, now); err != nil {
 						return fmt.Errorf("supersede payment %s: %w", q.PaymentID, err)
 					}
+					superseded = true
 				}
 			}
 			o, ok, err := tx.MarkPaid(ctx, p, now)
@@ -299,6 +301,7 @@ func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (sto
 			}
 			if err == nil {
 				res, err = s.paid(ctx, tx, now, o, done)
+				res.Superseded = superseded
 			}
 			return err
 		}

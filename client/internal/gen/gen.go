@@ -220,6 +220,7 @@ func (e NotifyPaymentJSONBodyStatus) Valid() bool {
 
 // Defines values for NotifyPayment200JSONResponseBodyResult.
 const (
+	Conflict       NotifyPayment200JSONResponseBodyResult = "conflict"
 	Failed         NotifyPayment200JSONResponseBodyResult = "failed"
 	NoChange       NotifyPayment200JSONResponseBodyResult = "no_change"
 	Paid           NotifyPayment200JSONResponseBodyResult = "paid"
@@ -230,6 +231,8 @@ const (
 // Valid indicates whether the value is a known member of the NotifyPayment200JSONResponseBodyResult enum.
 func (e NotifyPayment200JSONResponseBodyResult) Valid() bool {
 	switch e {
+	case Conflict:
+		return true
 	case Failed:
 		return true
 	case NoChange:
@@ -432,16 +435,22 @@ type PayAnswerCancelReason string
 // Payment defines model for Payment.
 type Payment struct {
 	// AmountCents what a success reported
-	AmountCents *int      `json:"amount_cents,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	PaymentId   string    `json:"payment_id"`
+	AmountCents *int `json:"amount_cents,omitempty"`
 
-	// Status PENDING: the current attempt; SUPERSEDED: replaced by a newer one before an outcome; REFUND_REQUIRED: succeeded without paying the order
+	// Conflicts reports refused because they disagreed with how the attempt had ended
+	Conflicts *int      `json:"conflicts,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Currency the currency a success reported (the order's when it named none)
+	Currency  *string `json:"currency,omitempty"`
+	PaymentId string  `json:"payment_id"`
+
+	// Status PENDING: the current attempt; SUPERSEDED: replaced by a newer one (or by another attempt's payment) before an outcome; FAILED: reported failed, or closed unpaid at the gateway before a cancel; SUCCEEDED: paid the order; REFUND_REQUIRED: succeeded without paying the order. SUCCEEDED and REFUND_REQUIRED are terminal.
 	Status    PaymentStatus `json:"status"`
 	UpdatedAt time.Time     `json:"updated_at"`
 }
 
-// PaymentStatus PENDING: the current attempt; SUPERSEDED: replaced by a newer one before an outcome; REFUND_REQUIRED: succeeded without paying the order
+// PaymentStatus PENDING: the current attempt; SUPERSEDED: replaced by a newer one (or by another attempt's payment) before an outcome; FAILED: reported failed, or closed unpaid at the gateway before a cancel; SUCCEEDED: paid the order; REFUND_REQUIRED: succeeded without paying the order. SUCCEEDED and REFUND_REQUIRED are terminal.
 type PaymentStatus string
 
 // SKU defines model for SKU.
@@ -583,10 +592,13 @@ type PayOrderJSONBody struct {
 
 // NotifyPaymentJSONBody defines parameters for NotifyPayment.
 type NotifyPaymentJSONBody struct {
-	AmountCents int                         `json:"amount_cents"`
-	OrderId     string                      `json:"order_id"`
-	PaymentId   string                      `json:"payment_id"`
-	Status      NotifyPaymentJSONBodyStatus `json:"status"`
+	AmountCents int `json:"amount_cents"`
+
+	// Currency ISO 4217 code of amount_cents (any case); absent, the order's currency
+	Currency  *string                     `json:"currency,omitempty"`
+	OrderId   string                      `json:"order_id"`
+	PaymentId string                      `json:"payment_id"`
+	Status    NotifyPaymentJSONBodyStatus `json:"status"`
 }
 
 // NotifyPaymentParams defines parameters for NotifyPayment.
@@ -3675,6 +3687,8 @@ type NotifyPaymentResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *OrderNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
@@ -3711,6 +3725,11 @@ func (r NotifyPaymentResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r NotifyPaymentResponse) GetJSON404() *OrderNotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r NotifyPaymentResponse) GetJSON409() *Error {
+	return r.JSON409
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -5411,6 +5430,13 @@ func ParseNotifyPaymentResponse(rsp *http.Response) (*NotifyPaymentResponse, err
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
