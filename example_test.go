@@ -74,7 +74,7 @@ func ExampleService_Pay() {
 
 	o, _ := svc.Pay(ctx, "o-2")
 	fmt.Println(o.Status)
-	res, _ := svc.Notify(ctx, lapse.Notification{OrderID: "o-2", PaymentID: "pay_1", Status: lapse.PaymentSucceeded, AmountCents: 999})
+	res, _ := svc.Notify(ctx, lapse.Notification{OrderID: "o-2", PaymentID: o.PaymentID, Status: lapse.PaymentSucceeded, AmountCents: 999})
 	sku, _ := svc.GetSKU(ctx, "tee")
 	fmt.Println(res.Order.Status, "sold", sku.Sold)
 	// Output:

@@ -342,11 +342,15 @@ type Notification struct {
 	// Succeeded: the payment succeeded; else it failed.
 	Succeeded   bool
 	AmountCents int64
+	// Currency is the ISO 4217 code of AmountCents; "" for the order's.
+	Currency string
 }
 
 // NotifyResult is what lapse made of a notification.
 type NotifyResult struct {
-	// Result is paid, failed, refund_required, no_change or replayed.
+	// Result is paid, failed, refund_required, no_change, replayed or
+	// conflict (a report of an attempt that had ended otherwise: nothing
+	// changed).
 	Result string      `json:"result"`
 	Order  order.Order `json:"order"`
 }
@@ -359,7 +363,8 @@ func (c *Client) NotifyPayment(ctx context.Context, n Notification, secret []byt
 	if n.Succeeded {
 		status = gen.NotifyPaymentJSONBodyStatusSUCCEEDED
 	}
-	body, err := json.Marshal(gen.NotifyPaymentJSONRequestBody{OrderId: n.OrderID, PaymentId: n.PaymentID, Status: status, AmountCents: int(n.AmountCents)})
+	body, err := json.Marshal(gen.NotifyPaymentJSONRequestBody{OrderId: n.OrderID, PaymentId: n.PaymentID, Status: status,
+		AmountCents: int(n.AmountCents), Currency: optional(n.Currency)})
 	if err != nil {
 		return NotifyResult{}, fmt.Errorf("lapse client: encoding the notification: %w", err)
 	}

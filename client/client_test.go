@@ -239,6 +239,11 @@ func TestOrders(t *testing.T) {
 	if err != nil || res.Result != "paid" || res.Order.Status != order.Paid {
 		t.Fatalf("NotifyPayment: %+v, %v", res, err)
 	}
+	// A success in another currency cannot pay: money to give back, o3 PENDING again.
+	if res, err := c.NotifyPayment(ctx, client.Notification{OrderID: "o3", PaymentID: "pi_123", Succeeded: true, AmountCents: 100, Currency: "JPY"}, secret); err != nil ||
+		res.Result != "refund_required" || res.Order.Status != order.Pending {
+		t.Fatalf("NotifyPayment in JPY: %+v, %v", res, err)
+	}
 	_, err = c.NotifyPayment(ctx, client.Notification{OrderID: "o1", PaymentID: "o1-1", Succeeded: true, AmountCents: 1999}, []byte("wrong"))
 	wantCode(t, "a callback signed with another secret", err, 401, client.CodeInvalidSignature)
 	_, err = c.Pay(ctx, "o1", "")
