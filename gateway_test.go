@@ -416,3 +416,57 @@ func TestCurrencyTheGatewayCannotTake(t *testing.T) {
 		t.Fatalf("a CNY order: %v", err)
 	}
 }
+
+// A success for an attempt lapse never started (the callback names pay_1
+// while /pay opened its own) pays the order; the attempt that was open is
+// SUPERSEDED and closed at a per-attempt gateway, never left PENDING on a
+// PAID order for the buyer to pay a second time.
+func TestPaymentOfAnotherAttemptClosesTheOpenOne(t *testing.T) {
+	t.Parallel()
+	gw := newAttempts()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "o-2", time.Minute)
+	o, err := svc.Pay(ctx, "o-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Notify(ctx, lapse.Notification{OrderID: "o-2", PaymentID: "pay_1", Status: lapse.PaymentSucceeded, AmountCents: 100})
+	if err != nil || res.Order.Status != order.Paid || res.Order.PaymentID != "pay_1" {
+		t.Fatalf("pay_1: %+v %v", res, err)
+	}
+	waitFor(t, 5*time.Second, "the open attempt closed at the gateway", func() bool { return gw.closes(o.PaymentID) >= 1 })
+	got, err := svc.Get(ctx, "o-2")
+	if err != nil || !hasPayment(got, o.PaymentID, order.PaymentSuperseded) || !hasPayment(got, "pay_1", order.PaymentSucceeded) {
+		t.Fatalf("after pay_1: %+v %v", got, err)
+	}
+	storetest.AuditOK(t, svc.Store())
+}
+
+// A success of another amount on the current attempt at a per-attempt
+// gateway, learnt by the deadline's query: the attempt ends (money flagged),
+// no attempt is left open, and the order is cancelled with its stock back —
+// "the order" is never asked about.
+func TestWrongAmountAtTheDeadlineCancels(t *testing.T) {
+	t.Parallel()
+	gw := newAttempts()
+	svc := gatewayService(t, gw)
+	ctx := context.Background()
+	create(t, svc, "short", 300*time.Millisecond)
+	if _, err := svc.PayAttempt(ctx, "short", "card-1"); err != nil {
+		t.Fatal(err)
+	}
+	gw.set("card-1", payment.Status{State: payment.StatePaid, PaymentID: "card-1", AmountCents: 99})
+	waitFor(t, 5*time.Second, "the cancel", func() bool { return status(t, svc, "short") == order.Cancelled })
+	o, err := svc.Get(ctx, "short")
+	if err != nil || !o.RefundRequired || !hasPayment(o, "card-1", order.PaymentRefundRequired) {
+		t.Fatalf("after the check: %+v %v", o, err)
+	}
+	gw.mu.Lock()
+	whole := gw.whole
+	gw.mu.Unlock()
+	if whole != 0 || gw.closes("card-1") != 0 {
+		t.Fatalf("asked about the order as a whole %d times, closed the paid attempt %d times", whole, gw.closes("card-1"))
+	}
+	storetest.AuditOK(t, svc.Store())
+}
