@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
@@ -48,12 +50,35 @@ var funcs = template.FuncMap{
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // localNext keeps a login's "next" on this site: a path, never a URL
-// another host could be named in.
+// another host could be named in; anything else is the dashboard's root.
+// A browser strips tabs and line breaks from a URL and reads "\" as "/", so
+// "/<TAB>/evil.example" and "/\evil.example" are "//evil.example" to it,
+// another host. So next must be valid UTF-8 without a control character,
+// parse with no scheme, host or user, and start with "/" followed by neither
+// "/" nor "\" — both as written and once percent-decoded (the path the
+// browser ends up asking for). The dashboard's own next values (a request
+// URI, escaped) always pass.
 func localNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !localPath(next) {
 		return "/"
 	}
 	return next
+}
+
+func localPath(p string) bool {
+	if !utf8.ValidString(p) || strings.IndexFunc(p, unicode.IsControl) >= 0 || !rootedOnce(p) {
+		return false
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.Host != "" || u.User != nil {
+		return false
+	}
+	return utf8.ValidString(u.Path) && strings.IndexFunc(u.Path, unicode.IsControl) < 0 && rootedOnce(u.Path)
+}
+
+// rootedOnce says whether p starts with "/" and then neither "/" nor "\".
+func rootedOnce(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\")
 }
 
 // ---- login
