@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
@@ -127,6 +128,13 @@ func TestLoginPostRedirectsOnlyLocally(t *testing.T) {
 			}
 			resp.Body.Close()
 			loc := resp.Header.Get("Location")
+			if !utf8.ValidString(c.next) || strings.ContainsRune(c.next, 0) {
+				// Refused at the edge, as every input holding such text is.
+				if resp.StatusCode != http.StatusBadRequest || loc != "" {
+					t.Fatalf("next %q: %d Location %q, want 400", c.next, resp.StatusCode, loc)
+				}
+				return
+			}
 			if resp.StatusCode != http.StatusSeeOther || loc != c.want {
 				t.Fatalf("next %q: %d Location %q, want 303 to %q", c.next, resp.StatusCode, loc, c.want)
 			}

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
@@ -368,9 +369,13 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 		*f.into = t
 	}
 	if p.Cursor != "" {
-		if _, _, err := store.DecodeCursor(p.Cursor); err != nil {
+		_, id, err := store.DecodeCursor(p.Cursor)
+		if err != nil {
 			problems = append(problems, "the page cursor is not one this dashboard wrote")
 			p.Cursor = ""
+		} else if err := plaintext.Check("the page cursor's order id", id); err != nil {
+			h.fail(w, r, s, http.StatusBadRequest, "invalid_cursor: "+err.Error())
+			return nil
 		}
 	}
 	v.Problem = strings.Join(problems, "; ")
