@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -88,6 +89,7 @@ type loginView struct {
 	base
 	Next  string
 	Wrong bool
+	Wait  int // seconds: too many wrong tokens from this address
 }
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -111,8 +113,26 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := localNext(r.PostForm.Get("next"))
+	// A token from an address out of its budget of wrong ones is not looked
+	// at (httpapi.AuthThrottle).
+	if ok, wait, first := h.opts.AuthThrottle.Allow(r.RemoteAddr); !ok {
+		if first {
+			h.log.Warn("too many wrong tokens at the dashboard login from one address: it is answered 429 until its budget refills (logged once per burst)",
+				"remote", r.RemoteAddr, "wait", wait.Round(time.Second))
+		}
+		secs := httpapi.RetryAfter(wait)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusTooManyRequests)
+		if err := h.render(w, "login", loginView{base: h.base(r, session{}, "Log in"), Next: next, Wait: secs}); err != nil {
+			h.log.Error("render login", "err", err)
+		}
+		return
+	}
 	if !h.keys.tokenOK(r.PostForm.Get("token")) {
-		h.log.Warn("dashboard login with a wrong token", "remote", r.RemoteAddr)
+		if h.opts.AuthThrottle.Fail(r.RemoteAddr) {
+			h.log.Warn("dashboard login with a wrong token (logged once per burst of them from one address)", "remote", r.RemoteAddr)
+		}
 		w.WriteHeader(http.StatusUnauthorized)
 		if err := h.render(w, "login", loginView{base: h.base(r, session{}, "Log in"), Next: next, Wrong: true}); err != nil {
 			h.log.Error("render login", "err", err)

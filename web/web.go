@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/store"
 )
@@ -55,9 +56,17 @@ type Options struct {
 	// CountCap bounds every count of the overview (store.OverviewParams).
 	CountCap int64
 	// Now is the clock for sessions. Defaults to time.Now.
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// AuthThrottle limits wrong tokens at the login per remote address
+	// (429 past its budget). nil: one of the dashboard's own. lapse serve
+	// shares the API's, so an address has one budget for both.
+	AuthThrottle *httpapi.AuthThrottle
+	Logger       *slog.Logger
 }
+
+// MinTokenLen is the shortest APIToken New accepts: 16 random bytes cannot
+// be guessed online, a word can.
+const MinTokenLen = 16
 
 // Handler serves the dashboard.
 type Handler struct {
@@ -103,6 +112,12 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.AuthThrottle == nil {
+		opts.AuthThrottle = httpapi.NewAuthThrottle(httpapi.AuthThrottleConfig{})
+	}
+	if n := len(opts.APIToken); n > 0 && n < MinTokenLen {
+		return nil, fmt.Errorf("web: an API token of %d bytes: want at least %d", n, MinTokenLen)
 	}
 	k, err := newKeys(opts.APIToken)
 	if err != nil {
