@@ -27,7 +27,8 @@
 //     the retries of dead work are not. See WithRetry.
 //
 // The token given with WithToken is sent as a bearer token and appears in
-// no error.
+// no error. No redirect is followed (lapse's API never answers one, and a
+// followed redirect would carry the token): a 3xx is a *Error.
 package client
 
 import (
@@ -41,6 +42,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,8 +75,9 @@ func WithToken(token string) Option {
 	}
 }
 
-// WithHTTPClient sends the requests with hc instead of a client with a 30 s
-// timeout.
+// WithHTTPClient sends the requests with a copy of hc instead of a client
+// with a 30 s timeout; the copy follows no redirect, whatever hc's
+// CheckRedirect says.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) error {
 		if hc == nil {
@@ -125,6 +128,14 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	// lapse's API never redirects, so a redirect is a proxy's or another
+	// server's doing: followed, it would carry the bearer token wherever it
+	// points (net/http keeps Authorization for another port of the same
+	// host). None is followed; once answers it with an error. A caller's
+	// http.Client is copied, not changed.
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	g, err := gen.NewClient(serverURL, gen.WithHTTPClient(c.hc), gen.WithRequestEditorFn(c.authorize))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -193,6 +204,11 @@ func (c *Client) once(ctx context.Context, k call) (again bool, err error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		return ctx.Err() == nil, fmt.Errorf("lapse client: %s: reading the answer: %w", k.op, err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != k.want {
+		return false, fmt.Errorf("lapse client: %s: %w", k.op, &Error{Status: resp.StatusCode,
+			Message: "a redirect to " + strconv.Quote(redact.URL(resp.Header.Get("Location"))) +
+				" was not followed: lapse's API never redirects (is the server URL right, or is a proxy answering?)"})
 	}
 	if resp.StatusCode != k.want {
 		e := apiError(resp.StatusCode, body)

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -104,15 +104,14 @@ func checkOrigin(r *http.Request) error {
 // Text that reaches the store must be UTF-8 without NUL: PostgreSQL refuses
 // anything else in a text column or parameter, and an error there is a 500
 // for what is the client's mistake. Path ids, the Idempotency-Key and list
-// cursors are checked here, at the edge; JSON bodies in checkTokens.
+// cursors are checked here, at the edge, with the check the dashboard runs
+// too (internal/plaintext); JSON bodies in checkTokens.
 
-// plainText refuses s unless it is valid UTF-8 without a NUL.
+// plainText refuses s with 400 invalid_field unless it is valid UTF-8
+// without a NUL.
 func plainText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return badRequest("invalid_field", "%s: not valid UTF-8", field)
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return badRequest("invalid_field", "%s: holds a NUL character", field)
+	if err := plaintext.Check(field, s); err != nil {
+		return badRequest("invalid_field", "%s", err.Error())
 	}
 	return nil
 }

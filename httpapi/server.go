@@ -34,7 +34,9 @@ type Options struct {
 	// every /v1 route except the payment callback (which is signed instead).
 	// Without one, every route refuses a request whose Host is not the
 	// address it arrived at (or localhost at that port) or whose Origin is
-	// another site's, with 403 foreign_origin: see guard.go.
+	// another site's, with 403 foreign_origin: see guard.go. Use 16 bytes
+	// or more (lapse serve and the dashboard refuse less); wrong tokens are
+	// throttled per address (AuthThrottle).
 	APIToken string
 	// CallbackSecrets verify the payment callback's signature; two may be
 	// given while a secret is rotated. With none, every callback is refused.
@@ -51,7 +53,12 @@ type Options struct {
 	// Notifiers verify gateways' own notifications, each served at POST
 	// /v1/payments/notify/{Name} (gateways.go).
 	Notifiers []payment.Notifier
-	Logger    *slog.Logger
+	// AuthThrottle limits wrong bearer tokens per remote address (429
+	// auth_throttled past its budget). nil: one of the API's own with
+	// AuthThrottleConfig's defaults. lapse serve gives the API and the
+	// dashboard the same one.
+	AuthThrottle *AuthThrottle
+	Logger       *slog.Logger
 }
 
 // DefaultRequestTimeout is Options.RequestTimeout's default.
@@ -63,9 +70,10 @@ const DefaultRequestTimeout = 20 * time.Second
 var OpenAPI []byte
 
 type server struct {
-	svc  *lapse.Service
-	opts Options
-	log  *slog.Logger
+	svc      *lapse.Service
+	opts     Options
+	log      *slog.Logger
+	throttle *AuthThrottle
 }
 
 // New returns the API's handler.
@@ -82,7 +90,10 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &server{svc: svc, opts: opts, log: opts.Logger}
+	if opts.AuthThrottle == nil {
+		opts.AuthThrottle = NewAuthThrottle(AuthThrottleConfig{})
+	}
+	s := &server{svc: svc, opts: opts, log: opts.Logger, throttle: opts.AuthThrottle}
 	mux := http.NewServeMux()
 	const takesBody, noBody = true, false
 	v1 := func(pattern string, body bool, h func(w http.ResponseWriter, r *http.Request) error) {
@@ -185,7 +196,26 @@ func (s *server) authed(next http.Handler) http.Handler {
 	}
 	want := sha256.Sum256([]byte(s.opts.APIToken))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !bearerMatches(r.Header.Get("Authorization"), want) {
+		auth := r.Header.Get("Authorization")
+		if auth != "" {
+			// A credential from an address out of its budget of wrong ones
+			// is not looked at (AuthThrottle).
+			if ok, wait, first := s.throttle.Allow(r.RemoteAddr); !ok {
+				if first {
+					s.log.Warn("too many wrong API tokens from one address: its requests are answered 429 until its budget refills (logged once per burst)",
+						"remote", r.RemoteAddr, "wait", wait.Round(time.Second))
+				}
+				secs := RetryAfter(wait)
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				s.writeError(w, r, &apiError{Status: http.StatusTooManyRequests, Code: "auth_throttled",
+					Message: fmt.Sprintf("too many wrong tokens from this address; retry in %d s", secs)})
+				return
+			}
+		}
+		if !bearerMatches(auth, want) {
+			if auth != "" && s.throttle.Fail(r.RemoteAddr) {
+				s.log.Warn("a wrong API token (logged once per burst of them from one address)", "remote", r.RemoteAddr)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="lapse"`)
 			s.writeError(w, r, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 				Message: "missing or wrong Authorization: Bearer token"})

@@ -64,6 +64,8 @@ type envConfig struct {
 	Inventory inventory.Client
 	// Notifiers are httpapi.Options.Notifiers.
 	Notifiers []payment.Notifier
+	// AuthThrottle is httpapi.Options.AuthThrottle (nil: the API's own).
+	AuthThrottle *httpapi.AuthThrottle
 }
 
 type env struct {
@@ -134,7 +136,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	srv := httptest.NewServer(conforming(t, httpapi.New(svc, httpapi.Options{
 		APIToken: cfg.APIToken, CallbackSecrets: secrets, Logger: discard, RequestTimeout: cfg.RequestTimeout,
-		Notifiers: cfg.Notifiers,
+		Notifiers: cfg.Notifiers, AuthThrottle: cfg.AuthThrottle,
 	})))
 	t.Cleanup(srv.Close)
 	e := &env{url: srv.URL, client: srv.Client(), st: st, clk: cfg.Clock, token: cfg.APIToken, base: time.Now(), pgURL: pgURL}
@@ -1941,7 +1943,10 @@ func TestStoreDown(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	const token = "s3cr3t-token"
-	e := newEnv(t, envConfig{Grace: time.Hour, APIToken: token})
+	// Every wrong token below comes from this test's one address: a budget
+	// that holds them all (TestWrongBearerTokensAreThrottled tests the
+	// throttle).
+	e := newEnv(t, envConfig{Grace: time.Hour, APIToken: token, AuthThrottle: httpapi.NewAuthThrottle(httpapi.AuthThrottleConfig{Burst: 1000})})
 	e.setStock(t, "a", 10)
 	o := e.create(t, createReq{ID: "au-1", Items: []item{{"a", 1}}, AmountCents: 5})
 

@@ -13,8 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
@@ -48,12 +52,35 @@ var funcs = template.FuncMap{
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // localNext keeps a login's "next" on this site: a path, never a URL
-// another host could be named in.
+// another host could be named in; anything else is the dashboard's root.
+// A browser strips tabs and line breaks from a URL and reads "\" as "/", so
+// "/<TAB>/evil.example" and "/\evil.example" are "//evil.example" to it,
+// another host. So next must be valid UTF-8 without a control character,
+// parse with no scheme, host or user, and start with "/" followed by neither
+// "/" nor "\" — both as written and once percent-decoded (the path the
+// browser ends up asking for). The dashboard's own next values (a request
+// URI, escaped) always pass.
 func localNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !localPath(next) {
 		return "/"
 	}
 	return next
+}
+
+func localPath(p string) bool {
+	if !utf8.ValidString(p) || strings.IndexFunc(p, unicode.IsControl) >= 0 || !rootedOnce(p) {
+		return false
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.Host != "" || u.User != nil {
+		return false
+	}
+	return utf8.ValidString(u.Path) && strings.IndexFunc(u.Path, unicode.IsControl) < 0 && rootedOnce(u.Path)
+}
+
+// rootedOnce says whether p starts with "/" and then neither "/" nor "\".
+func rootedOnce(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\")
 }
 
 // ---- login
@@ -62,6 +89,7 @@ type loginView struct {
 	base
 	Next  string
 	Wrong bool
+	Wait  int // seconds: too many wrong tokens from this address
 }
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -85,8 +113,26 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := localNext(r.PostForm.Get("next"))
+	// A token from an address out of its budget of wrong ones is not looked
+	// at (httpapi.AuthThrottle).
+	if ok, wait, first := h.opts.AuthThrottle.Allow(r.RemoteAddr); !ok {
+		if first {
+			h.log.Warn("too many wrong tokens at the dashboard login from one address: it is answered 429 until its budget refills (logged once per burst)",
+				"remote", r.RemoteAddr, "wait", wait.Round(time.Second))
+		}
+		secs := httpapi.RetryAfter(wait)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusTooManyRequests)
+		if err := h.render(w, "login", loginView{base: h.base(r, session{}, "Log in"), Next: next, Wait: secs}); err != nil {
+			h.log.Error("render login", "err", err)
+		}
+		return
+	}
 	if !h.keys.tokenOK(r.PostForm.Get("token")) {
-		h.log.Warn("dashboard login with a wrong token", "remote", r.RemoteAddr)
+		if h.opts.AuthThrottle.Fail(r.RemoteAddr) {
+			h.log.Warn("dashboard login with a wrong token (logged once per burst of them from one address)", "remote", r.RemoteAddr)
+		}
 		w.WriteHeader(http.StatusUnauthorized)
 		if err := h.render(w, "login", loginView{base: h.base(r, session{}, "Log in"), Next: next, Wrong: true}); err != nil {
 			h.log.Error("render login", "err", err)
@@ -343,9 +389,13 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 		*f.into = t
 	}
 	if p.Cursor != "" {
-		if _, _, err := store.DecodeCursor(p.Cursor); err != nil {
+		_, id, err := store.DecodeCursor(p.Cursor)
+		if err != nil {
 			problems = append(problems, "the page cursor is not one this dashboard wrote")
 			p.Cursor = ""
+		} else if err := plaintext.Check("the page cursor's order id", id); err != nil {
+			h.fail(w, r, s, http.StatusBadRequest, "invalid_cursor: "+err.Error())
+			return nil
 		}
 	}
 	v.Problem = strings.Join(problems, "; ")

@@ -24,11 +24,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -53,9 +56,17 @@ type Options struct {
 	// CountCap bounds every count of the overview (store.OverviewParams).
 	CountCap int64
 	// Now is the clock for sessions. Defaults to time.Now.
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// AuthThrottle limits wrong tokens at the login per remote address
+	// (429 past its budget). nil: one of the dashboard's own. lapse serve
+	// shares the API's, so an address has one budget for both.
+	AuthThrottle *httpapi.AuthThrottle
+	Logger       *slog.Logger
 }
+
+// MinTokenLen is the shortest APIToken New accepts: 16 random bytes cannot
+// be guessed online, a word can.
+const MinTokenLen = 16
 
 // Handler serves the dashboard.
 type Handler struct {
@@ -101,6 +112,12 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.AuthThrottle == nil {
+		opts.AuthThrottle = httpapi.NewAuthThrottle(httpapi.AuthThrottleConfig{})
+	}
+	if n := len(opts.APIToken); n > 0 && n < MinTokenLen {
+		return nil, fmt.Errorf("web: an API token of %d bytes: want at least %d", n, MinTokenLen)
 	}
 	k, err := newKeys(opts.APIToken)
 	if err != nil {
@@ -170,7 +187,51 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "403 forbidden: "+err.Error(), http.StatusForbidden)
 		return
 	}
+	if err := checkText(r); err != nil {
+		s, ok := h.keys.session(r, h.now())
+		if !ok || (h.keys.has && !s.authed) {
+			s = session{}
+		}
+		h.fail(w, r, s, http.StatusBadRequest, "invalid_field: "+err.Error())
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// checkText refuses, before any page runs, a request whose path (every
+// path value is a piece of it), query or form holds a NUL or invalid UTF-8
+// (internal/plaintext, the API's check): such text would reach the store,
+// where PostgreSQL refuses it with an error that was a 500.
+func checkText(r *http.Request) error {
+	if err := plaintext.Check("the path", r.URL.Path); err != nil {
+		return err
+	}
+	// ParseQuery keeps the pairs it could read when it meets a bad escape.
+	query, _ := url.ParseQuery(r.URL.RawQuery)
+	if err := plainValues("query", query); err != nil {
+		return err
+	}
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	if err := r.ParseForm(); err != nil {
+		return fmt.Errorf("the form does not parse: %w", err)
+	}
+	return plainValues("form", r.PostForm)
+}
+
+func plainValues(where string, vals url.Values) error {
+	for k, vs := range vals {
+		if err := plaintext.Check("a "+where+" parameter's name", k); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if err := plaintext.Check(where+" parameter "+k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Paths says whether a path is the dashboard's (/, /ui and /ui/…), for a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
@@ -159,15 +161,68 @@ func writeEventsTable(w io.Writer, ds []store.EventDelivery) error {
 	return tw.Flush()
 }
 
-// cell makes s one table cell: every control character (a newline or a tab
-// in an error would break the row) becomes a space.
+// cell makes s one table cell that is safe in a terminal: what the store
+// or a server holds may come from anyone who can create an order, so every
+// control character (C0, DEL and C1: ESC starts a terminal escape, CR
+// rewrites the line, a newline or a tab breaks the row), every invisible
+// format character (a bidi override reorders what follows it) and every
+// byte that is not UTF-8 is written as a Go escape: \x1b, \u202e, \xff.
 func cell(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
+	if !strings.ContainsFunc(s, unprintable) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < utf8.RuneSelf && unprintable(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unprintable(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
 		}
-		return r
-	}, s)
+		i += n
+	}
+	return b.String()
+}
+
+// unprintable says whether a terminal would act on r, or r would change how
+// the text around it shows, rather than r showing as itself.
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// encodeJSON writes v as one line of JSON, as json.Encoder does, with the
+// characters cell escapes that JSON allows raw (C1 controls, format
+// characters) written as \u escapes too: the same JSON, decoding to the
+// same strings, that does not drive the terminal it is printed on. Such
+// characters can only stand inside JSON strings, where an escape means the
+// same.
+func encodeJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		return err
+	}
+	b := buf.Bytes()
+	if !bytes.ContainsFunc(b, unprintable) {
+		_, err := w.Write(b)
+		return err
+	}
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		if r == '\n' || !unprintable(r) {
+			out.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&out, `\u%04x`, u)
+		}
+	}
+	_, err := w.Write(out.Bytes())
+	return err
 }
 
 // clip cuts s to n characters, marking the cut.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -79,12 +78,19 @@ func apiFailure(err error) error {
 	var ae *client.Error
 	if errors.As(err, &ae) {
 		if ae.Code == "" {
-			return exitError{1, fmt.Errorf("HTTP %d: %s", ae.Status, ae.Message)}
+			return exitError{1, fmt.Errorf("HTTP %d: %s", ae.Status, cell(ae.Message))}
 		}
-		return exitError{1, fmt.Errorf("%s: %s", ae.Code, ae.Message)}
+		return exitError{1, fmt.Errorf("%s: %s", cell(ae.Code), cell(ae.Message))}
 	}
-	return exitError{1, err}
+	return exitError{1, printable{err}}
 }
+
+// printable is an error whose message is printed with cell's escapes: a
+// transport or decoding error may quote what the server sent.
+type printable struct{ err error }
+
+func (p printable) Error() string { return cell(p.err.Error()) }
+func (p printable) Unwrap() error { return p.err }
 
 // oneID parses a subcommand that takes exactly one order id.
 func oneID(fs *flagSet, args []string) (string, error) {
@@ -177,16 +183,15 @@ func runOrdersList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "no orders")
 	}
 	if p.Cursor != "" {
-		fmt.Fprintf(stderr, "more: run again with --cursor %s\n", p.Cursor)
+		fmt.Fprintf(stderr, "more: run again with --cursor %s\n", cell(p.Cursor))
 	}
 	return nil
 }
 
 func writeOrders(w io.Writer, orders []order.Order, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
 		for _, o := range orders {
-			if err := enc.Encode(o); err != nil {
+			if err := encodeJSON(w, o); err != nil {
 				return err
 			}
 		}
@@ -198,7 +203,7 @@ func writeOrders(w io.Writer, orders []order.Order, asJSON bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tAMOUNT\tITEMS\tCREATED\tEXPIRES\tENDED")
 	for _, o := range orders {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(o.ID), o.Status, amount(o), clip(cell(items(o.Items)), 40),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(o.ID), cell(string(o.Status)), amount(o), clip(cell(items(o.Items)), 40),
 			order.FormatTime(o.CreatedAt), order.FormatTime(o.ExpiresAt), ended(o))
 	}
 	return tw.Flush()
@@ -208,12 +213,12 @@ func writeOrders(w io.Writer, orders []order.Order, asJSON bool) error {
 // stock tasks when it has any.
 func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 	if asJSON {
-		return json.NewEncoder(w).Encode(o)
+		return encodeJSON(w, o)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("id", cell(o.ID))
-	row("status", string(o.Status))
+	row("status", cell(string(o.Status)))
 	row("amount", amount(o))
 	row("items", cell(items(o.Items)))
 	row("created_at", order.FormatTime(o.CreatedAt))
@@ -223,7 +228,7 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 		row("paid_at", order.FormatTime(o.PaidAt))
 	}
 	if !o.CancelledAt.IsZero() {
-		row("cancelled_at", order.FormatTime(o.CancelledAt)+" ("+string(o.CancelReason)+")")
+		row("cancelled_at", order.FormatTime(o.CancelledAt)+" ("+cell(string(o.CancelReason))+")")
 	}
 	if o.PaymentID != "" {
 		row("payment_id", cell(o.PaymentID))
@@ -248,7 +253,7 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 			if p.AmountCents != 0 {
 				amt = strconv.FormatInt(p.AmountCents, 10)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(p.PaymentID), p.Status, amt, order.FormatTime(p.CreatedAt), order.FormatTime(p.UpdatedAt))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(p.PaymentID), cell(string(p.Status)), amt, order.FormatTime(p.CreatedAt), order.FormatTime(p.UpdatedAt))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -259,7 +264,7 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TASK ID\tACTION\tSTATUS\tATTEMPTS\tRESULT\tLAST ERROR")
 		for _, tk := range o.Tasks {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", cell(tk.ID), tk.Action, tk.Status, tk.Attempts, dash(tk.Result), dash(clip(cell(tk.LastError), lastErrorWidth)))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", cell(tk.ID), cell(string(tk.Action)), cell(string(tk.Status)), tk.Attempts, dash(cell(tk.Result)), dash(clip(cell(tk.LastError), lastErrorWidth)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -270,7 +275,7 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 
 // amount is an order's amount in its currency's minor unit: "1999 USD".
 func amount(o order.Order) string {
-	return strconv.FormatInt(o.AmountCents, 10) + " " + o.Currency
+	return strconv.FormatInt(o.AmountCents, 10) + " " + cell(o.Currency)
 }
 
 // items is "tee×2, cap×1".
@@ -288,7 +293,7 @@ func ended(o order.Order) string {
 	case !o.PaidAt.IsZero():
 		return "paid " + order.FormatTime(o.PaidAt)
 	case !o.CancelledAt.IsZero():
-		return "cancelled (" + string(o.CancelReason) + ") " + order.FormatTime(o.CancelledAt)
+		return "cancelled (" + cell(string(o.CancelReason)) + ") " + order.FormatTime(o.CancelledAt)
 	}
 	return "-"
 }
@@ -409,7 +414,7 @@ func (t *tail) poll(ctx context.Context, print bool) (int, error) {
 
 func (t *tail) print(state string, ev client.Event) error {
 	if t.asJSON {
-		return json.NewEncoder(t.out).Encode(ev)
+		return encodeJSON(t.out, ev)
 	}
 	_, err := fmt.Fprintf(t.out, tailFormat, state, strconv.FormatInt(ev.Seq, 10), cell(ev.ID), cell(ev.Type), clip(cell(ev.OrderID), 24),
 		cell(ev.Sink), strconv.Itoa(ev.Attempts), dash(clip(cell(ev.LastError), lastErrorWidth)))

@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/lapsehq/lapse/web"
 )
 
-// minPublicToken is the shortest --api-token accepted on a non-loopback
-// address: 16 random bytes cannot be guessed online, a word can.
-const minPublicToken = 16
+// minToken is the shortest --api-token accepted, on any address (a
+// loopback one may be reached through a local proxy or another user's
+// process): 16 random bytes cannot be guessed online, a word can.
+const minToken = web.MinTokenLen
 
 // secretFlag is a secret given as --<name> (or LAPSE_<NAME>) or read from the
 // file --<name>-file names (or LAPSE_<NAME>_FILE): a mounted Kubernetes or

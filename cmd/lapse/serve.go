@@ -19,7 +19,7 @@ import (
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token of at least 16 bytes")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", "store URL: sqlite://path")
 	timers := fs.String("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0, redis-cluster://h1:7000,h2:7001,h3:7002 , amqp://user:pass@host:5672/vhost (a RabbitMQ dead-letter delay ladder) or nats://host:4222 (JetStream message schedules, nats-server 2.12+)")
 	redisPrefix := fs.String("redis-prefix", redis.DefaultPrefix, "with Redis timers: the prefix of every key; deployments that share one Redis database need different ones (no '{' or '}')")
@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	currency := fs.String("default-currency", "USD", "currency of an order that names none (ISO 4217)")
 	callbackSecretFlag := addSecretFlag(fs, "callback-secret", "HMAC secret of the payment callback signature; without one every callback is refused")
 	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
-	apiTokenFlag := addSecretFlag(fs, "api-token", "bearer token required on /v1 routes (except the signed payment callback)")
+	apiTokenFlag := addSecretFlag(fs, "api-token", "bearer token required on /v1 routes (except the signed payment callback) and at the dashboard's login; at least 16 bytes")
 	gw := addGatewayFlags(fs)
 	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
@@ -69,13 +69,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "lapse serve: --max-timeout %s is below --default-timeout %s\n", *maxTimeout, *defaultTimeout)
 		return errUsage
 	}
-	if !isLoopback(*addr) {
-		switch {
-		case apiToken == "":
-			return usage("refusing to listen on %s without --api-token (or --api-token-file, LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
-		case len(apiToken) < minPublicToken:
-			return usage("refusing to listen on %s with a %d-byte --api-token: a non-loopback address needs one of at least %d bytes, which cannot be guessed (openssl rand -hex 32 makes one)", *addr, len(apiToken), minPublicToken)
-		}
+	switch {
+	case apiToken != "" && len(apiToken) < minToken:
+		return usage("refusing a %d-byte --api-token: a token must be at least %d bytes, which cannot be guessed (openssl rand -hex 32 makes one)", len(apiToken), minToken)
+	case apiToken == "" && !isLoopback(*addr):
+		return usage("refusing to listen on %s without --api-token (or --api-token-file, LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
 	}
 	cfg := lapse.Config{
 		Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,
@@ -150,9 +148,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		logger.Warn("--previous-callback-secret without --callback-secret: only callbacks signed with the previous secret are accepted; " +
 			"while rotating, set --callback-secret to the new secret too")
 	}
-	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Notifiers: notifiers, Logger: logger})
+	// One budget of wrong tokens per address for the API and the dashboard.
+	throttle := httpapi.NewAuthThrottle(httpapi.AuthThrottleConfig{})
+	handler := httpapi.New(svc, httpapi.Options{APIToken: apiToken, CallbackSecrets: secrets, Notifiers: notifiers, AuthThrottle: throttle, Logger: logger})
 	// The dashboard at / and /ui/… (package web), behind the same token.
-	dash, err := web.New(svc, web.Options{APIToken: apiToken, Logger: logger})
+	dash, err := web.New(svc, web.Options{APIToken: apiToken, AuthThrottle: throttle, Logger: logger})
 	if err != nil {
 		return err
 	}
