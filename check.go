@@ -39,7 +39,7 @@ func (s *Service) CheckPayment(ctx context.Context, id string) (PaymentCheck, er
 		return PaymentCheck{}, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, _, err := s.checks.query(qctx, id)
+	st, _, _, err := s.checks.query(qctx, id)
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()

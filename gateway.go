@@ -24,7 +24,13 @@ import (
 //   - PENDING (a payment in progress): asked again with backoff, for at most
 //     Config.GatewayPendingMax, then closed and cancelled;
 //   - an error (gateway down, timeout, unknown answer): asked again with
-//     backoff; never cancelled on an error.
+//     backoff; never cancelled on an error;
+//   - except payment.ErrUnknownPayment (the gateway does not know an
+//     attempt, or knows it as another order's): waited for as PENDING, then
+//     that attempt is taken as not paid — the order cancelled and its stock
+//     released — without closing it at the gateway (it may be another
+//     order's). A buyer naming a payment that will never pay cannot hold
+//     the stock forever.
 //
 // Orders cancelled after a payment attempt get a confirmation query
 // Config.ConfirmAfter later: paid after all → refund_required.
@@ -137,12 +143,15 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	s := c.s
 	retry := timer.Backoff(ch.attempt + 1)
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, closeOpen, err := c.query(qctx, id)
+	st, closeOpen, unknown, err := c.query(qctx, id)
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
 		s.log.Warn("gateway query failed; not cancelling, asking again later", "order_id", id, "retry_in", retry, "err", err)
 		return retry, true
+	}
+	if len(unknown) > 0 && st.State == payment.StatePending {
+		return c.unknownPayment(ctx, id, ch, st, closeOpen, unknown, retry)
 	}
 	s.metrics.gatewayChecks.WithLabelValues(string(st.State)).Inc()
 	switch st.State {
@@ -175,6 +184,30 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	}
 	s.log.Warn("gateway answered an unknown state; asking again later", "order_id", id, "state", st.State)
 	return retry, true
+}
+
+// unknownPayment handles an answer in which some attempts are unknown to
+// the gateway (or another order's) and none is paid: they are waited for,
+// with the PENDING ones, for at most GatewayPendingMax; then the attempts
+// the gateway knows are closed and the order cancelled, the unknown ones
+// left alone (payment.ErrUnknownPayment). The cancel event carries
+// cancel_reason "timeout" (the store's reasons are fixed); the log line and
+// lapse_gateway_checks_total{result="payment_unknown"} say why.
+func (c *checker) unknownPayment(ctx context.Context, id string, ch *check, st payment.Status, closeOpen func(context.Context) error,
+	unknown []string, retry time.Duration) (time.Duration, bool) {
+	s := c.s
+	s.metrics.gatewayChecks.WithLabelValues("payment_unknown").Inc()
+	if ch.pendingSince.IsZero() {
+		ch.pendingSince = time.Now()
+		s.log.Warn("the gateway does not know the order's payment attempt, or knows it as another order's: waiting, then cancelling the order without closing that attempt",
+			"order_id", id, "payment_ids", unknown, "wait_max", s.cfg.GatewayPendingMax, "reason", "payment_unknown")
+	}
+	if time.Since(ch.pendingSince) < s.cfg.GatewayPendingMax {
+		return retry, true
+	}
+	s.log.Warn("cancelling the order: its payment attempt is still unknown to the gateway (or another order's) after the maximum wait; that attempt is not closed at the gateway",
+		"order_id", id, "payment_ids", unknown, "waited", time.Since(ch.pendingSince).Round(time.Second), "reason", "payment_unknown")
+	return c.closeAndCancel(ctx, id, closeOpen, retry)
 }
 
 func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(context.Context) error, retry time.Duration) (time.Duration, bool) {
@@ -214,7 +247,7 @@ func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Dur
 func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Duration, bool) {
 	s := c.s
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
-	st, _, err := c.query(qctx, id)
+	st, _, _, err := c.query(qctx, id)
 	cancel()
 	if err != nil {
 		if ch.attempt >= 5 {
@@ -242,15 +275,18 @@ func (c *checker) confirm(ctx context.Context, id string, ch *check) (time.Durat
 // its payment_id); else PENDING if any is; else NOT_PAID if any is; else
 // CLOSED. Other gateways, and orders whose attempts lapse never recorded,
 // are asked about the order as a whole. closeOpen closes what the answer
-// found open: the order's trade, or each attempt still open.
-func (c *checker) query(ctx context.Context, id string) (payment.Status, func(context.Context) error, error) {
+// found open: the order's trade, or each attempt still open. unknown lists
+// the attempts the gateway answered payment.ErrUnknownPayment about (the
+// order's id, asked as a whole): they read as PENDING, unless an attempt is
+// PAID, and are never closed.
+func (c *checker) query(ctx context.Context, id string) (st payment.Status, closeOpen func(context.Context) error, unknown []string, err error) {
 	closeOrder := func(ctx context.Context) error { return c.gw.Close(ctx, id) }
 	ag, perAttempt := c.gw.(payment.AttemptGateway)
 	var open []string
 	if perAttempt {
 		o, err := c.s.store.GetOrder(ctx, id)
 		if err != nil {
-			return payment.Status{}, nil, err
+			return payment.Status{}, nil, nil, err
 		}
 		for _, p := range o.Payments {
 			// A failed attempt too: at a gateway that keeps a trade per
@@ -265,21 +301,29 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 	}
 	if len(open) == 0 {
 		st, err := c.gw.Query(ctx, id)
-		return st, closeOrder, err
+		if errors.Is(err, payment.ErrUnknownPayment) {
+			return payment.Status{State: payment.StatePending}, func(context.Context) error { return nil }, []string{id}, nil
+		}
+		return st, closeOrder, nil, err
 	}
 	seen := payment.Status{State: payment.StateClosed}
 	var toClose []string
 	for _, pid := range open {
 		st, err := ag.QueryAttempt(ctx, id, pid)
+		if errors.Is(err, payment.ErrUnknownPayment) {
+			unknown = append(unknown, pid)
+			seen.State = payment.StatePending
+			continue
+		}
 		if err != nil {
-			return payment.Status{}, nil, err
+			return payment.Status{}, nil, nil, err
 		}
 		switch st.State {
 		case payment.StatePaid:
 			if st.PaymentID == "" {
 				st.PaymentID = pid
 			}
-			return st, nil, nil
+			return st, nil, nil, nil
 		case payment.StatePending:
 			seen.State = payment.StatePending
 			toClose = append(toClose, pid)
@@ -290,7 +334,7 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 			toClose = append(toClose, pid)
 		case payment.StateClosed:
 		default:
-			return st, nil, nil // an unknown state: asked again later
+			return st, nil, nil, nil // an unknown state: asked again later
 		}
 	}
 	return seen, func(ctx context.Context) error {
@@ -300,7 +344,7 @@ func (c *checker) query(ctx context.Context, id string) (payment.Status, func(co
 			}
 		}
 		return nil
-	}, nil
+	}, unknown, nil
 }
 
 // closeSuperseded closes, best effort, the superseded attempts of an order
