@@ -38,7 +38,7 @@ func TestQueryStates(t *testing.T) {
 	ctx := context.Background()
 	f.setStatus("p-fin", "TRADE_FINISHED", 1999999)
 	st, err := gw.QueryAttempt(ctx, "o", "p-fin")
-	if err != nil || st != (payment.Status{State: payment.StatePaid, PaymentID: "p-fin", AmountCents: 1999999}) {
+	if err != nil || st != (payment.Status{State: payment.StatePaid, PaymentID: "p-fin", AmountCents: 1999999, Currency: "CNY"}) {
 		t.Fatalf("TRADE_FINISHED: %+v %v", st, err)
 	}
 	// Close of a paid trade: trade.close says ACQ.TRADE_STATUS_ERROR, the
@@ -48,6 +48,61 @@ func TestQueryStates(t *testing.T) {
 	}
 	if n := f.calls("alipay.trade.query"); n != 2 {
 		t.Fatalf("%d queries, want 2 (one after the close's status error)", n)
+	}
+}
+
+// A trade's currency comes with its amount: trans_currency (the currency a
+// cross-border trade is priced in) when the answer has one, else CNY (a
+// domestic trade's total_amount is in yuan).
+func TestQueryCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	gw := newGateway(t, u)
+	f.setPriced("p-cny", 1299, "")
+	f.setPriced("p-usd", 1299, "USD")
+	f.setPriced("p-jpy", 1299, "JPY")
+	for no, want := range map[string]string{"p-cny": "CNY", "p-usd": "USD", "p-jpy": "JPY"} {
+		st, err := gw.QueryAttempt(context.Background(), "o", no)
+		if err != nil || st.State != payment.StatePaid || st.Currency != want {
+			t.Errorf("%s: %+v, %v; want PAID in %s", no, st, err, want)
+		}
+	}
+}
+
+// A notification carries the trade's currency the same way.
+func TestNotificationCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := alipay.NewNotifier(alipay.Config{AppID: appID, AlipayPublicKey: &k.alipay.PublicKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ field, value, want string }{{"", "", "CNY"}, {"trans_currency", "USD", "USD"}, {"currency", "JPY", "JPY"}} {
+		v := notification("pay-1", "TRADE_SUCCESS", "12.99", "n-"+c.want)
+		if c.field != "" {
+			v.Set(c.field, c.value)
+		}
+		reps, err := n.Verify(context.Background(), formHeader, signed(v))
+		if err != nil || len(reps) != 1 || reps[0].Currency != c.want || reps[0].AmountCents != 1299 {
+			t.Errorf("%s=%q: %+v, %v; want one report of 1299 %s", c.field, c.value, reps, err, c.want)
+		}
+	}
+}
+
+// The adapter opens trades in yuan only (its Config names no other
+// currency): lapse refuses an order in another at create.
+func TestAcceptsOnlyCNY(t *testing.T) {
+	t.Parallel()
+	_, u := newFake(t)
+	var gw payment.Gateway = newGateway(t, u)
+	cg, ok := gw.(payment.CurrencyGateway)
+	if !ok {
+		t.Fatal("the Alipay gateway is not a payment.CurrencyGateway")
+	}
+	for cur, want := range map[string]bool{"CNY": true, "USD": false, "JPY": false, "cny": false, "": false} {
+		if got := cg.AcceptsCurrency(cur); got != want {
+			t.Errorf("AcceptsCurrency(%q) = %v, want %v", cur, got, want)
+		}
 	}
 }
 

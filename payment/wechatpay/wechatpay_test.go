@@ -77,6 +77,60 @@ func TestQueryDetails(t *testing.T) {
 	}
 }
 
+// A transaction's currency comes with its amount: amount.currency, the one
+// amount.total (the merchant's amount) is in — not payer_currency, the
+// buyer's yuan for a cross-border trade.
+func TestQueryCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	gw := newGateway(t, u)
+	for no, c := range map[string]string{"p-cny": "", "p-usd": "USD", "p-jpy": "JPY"} {
+		f.setPriced(no, 1299, c)
+		want := c
+		if want == "" {
+			want = "CNY"
+		}
+		st, err := gw.QueryAttempt(context.Background(), "o", no)
+		if err != nil || st.State != payment.StatePaid || st.AmountCents != 1299 || st.Currency != want {
+			t.Errorf("%s: %+v, %v; want PAID 1299 %s", no, st, err, want)
+		}
+	}
+}
+
+// A payment notification carries the currency the same way.
+func TestNotificationCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ currency, want string }{{"", "CNY"}, {"USD", "USD"}, {"JPY", "JPY"}} {
+		body := notice{id: "n-" + c.want, no: "pay-1", state: "SUCCESS", cents: 1299, currency: c.currency}.body(t)
+		reps, err := n.Verify(context.Background(), headers(k.platform, platformSerial(), time.Now(), body), body)
+		if err != nil || len(reps) != 1 || reps[0].Currency != c.want || reps[0].AmountCents != 1299 {
+			t.Errorf("amount.currency %q: %+v, %v; want one report of 1299 %s", c.currency, reps, err, c.want)
+		}
+	}
+}
+
+// The adapter takes orders in yuan only (its Config names no other
+// currency): lapse refuses an order in another at create.
+func TestAcceptsOnlyCNY(t *testing.T) {
+	t.Parallel()
+	_, u := newFake(t)
+	var gw payment.Gateway = newGateway(t, u)
+	cg, ok := gw.(payment.CurrencyGateway)
+	if !ok {
+		t.Fatal("the WeChat Pay gateway is not a payment.CurrencyGateway")
+	}
+	for cur, want := range map[string]bool{"CNY": true, "USD": false, "JPY": false, "cny": false, "": false} {
+		if got := cg.AcceptsCurrency(cur); got != want {
+			t.Errorf("AcceptsCurrency(%q) = %v, want %v", cur, got, want)
+		}
+	}
+}
+
 func TestTimeExpire(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 31, 16, 30, 5, 999_000_000, time.UTC)
@@ -121,6 +175,7 @@ func TestKeyFiles(t *testing.T) {
 type notice struct {
 	id, no, state string
 	cents         int64
+	currency      string // amount.currency; "" is CNY
 	mchID         string
 	apiV3Key      []byte
 }
@@ -133,7 +188,7 @@ func (n notice) body(t *testing.T) []byte {
 	if n.apiV3Key == nil {
 		n.apiV3Key = keys().apiV3
 	}
-	tx := transaction(n.no, trade{n.state, n.cents})
+	tx := transaction(n.no, trade{n.state, n.cents, n.currency})
 	tx["mchid"] = n.mchID
 	plain, _ := json.Marshal(tx)
 	block, err := aes.NewCipher(n.apiV3Key)
