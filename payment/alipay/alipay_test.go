@@ -1,14 +1,17 @@
 package alipay_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -324,5 +327,55 @@ func TestGatewayCheck(t *testing.T) {
 	l.WaitStatus(t, "never", order.Cancelled, 10*time.Second)
 	if f.calls("alipay.trade.close") < 2 {
 		t.Fatal("the never-scanned trade was not closed")
+	}
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A notification over 1 MiB is refused for good — 413 with "failure", not
+// 503, which Alipay would send again for a day — and logged at WARN
+// without its body.
+func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := alipay.NewNotifier(alipay.Config{AppID: appID, AlipayPublicKey: &k.alipay.PublicKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l.Paying(t, "o-1", "pay-o-1", 8888, time.Hour)
+	v := notification("pay-o-1", "TRADE_SUCCESS", "88.88", "n-big")
+	v.Set("body", strings.Repeat("PADDING", (1<<20)/7+1))
+	r := l.Notify(t, "alipay", formHeader, signed(v))
+	if r.Status != http.StatusRequestEntityTooLarge || string(r.Body) != "failure" {
+		t.Fatalf("oversized: %d %q, want 413 failure", r.Status, r.Body)
+	}
+	if o := l.Order(t, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized notification: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=alipay") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the notification's body was logged")
 	}
 }

@@ -109,11 +109,15 @@ func (*Notifier) Acknowledge(w http.ResponseWriter) {
 
 // Refuse implements payment.Notifier: "failure" (anything but "success"
 // makes Alipay send the notification again), with 400 for a notification
-// that failed verification and 503 for one lapse could not apply.
+// that failed verification, 413 for one over lapse's size limit (a
+// *http.MaxBytesError: it will not fit the next time either) and 503 for
+// one lapse could not apply.
 func (*Notifier) Refuse(w http.ResponseWriter, err error) {
 	code := http.StatusServiceUnavailable
 	if errors.Is(err, ErrInvalidNotification) {
 		code = http.StatusBadRequest
+	} else if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code = http.StatusRequestEntityTooLarge
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,8 +185,8 @@ func TestThreeDSecureAtTheDeadlineIsWaitedFor(t *testing.T) {
 	svc, st := serviceWaiting(t, newGateway(t, fs.URL, stripe.Config{}), time.Minute)
 	fs.Set(stripetest.PaymentIntent{ID: "pi_3ds", Status: "requires_action", NextAction: "use_stripe_sdk", Amount: 1299})
 	fs.Set(stripetest.PaymentIntent{ID: "pi_confirm", Status: "requires_confirmation", NextAction: "redirect_to_url", Amount: 1299})
-	createPaying(t, svc, "o-3ds", "pi_3ds", 300*time.Millisecond)
-	createPaying(t, svc, "o-confirm", "pi_confirm", 300*time.Millisecond)
+	createPaying(t, svc, "o-3ds", "pi_3ds", time.Second)
+	createPaying(t, svc, "o-confirm", "pi_confirm", time.Second)
 	// Asked at the deadline, then again: still authenticating each time.
 	waitCalls(t, fs, "GET /v1/payment_intents/pi_3ds", 3)
 	waitCalls(t, fs, "GET /v1/payment_intents/pi_confirm", 3)
@@ -217,9 +219,9 @@ func TestUnknownOrForeignPaymentIntentHoldsNoStock(t *testing.T) {
 	fs.Set(stripetest.PaymentIntent{ID: "pi_foreign", Status: "requires_payment_method", Amount: 1299, Metadata: map[string]string{"order_id": "o-owner"}})
 	fs.Set(stripetest.PaymentIntent{ID: "pi_foreignpaid", Status: "requires_payment_method", Amount: 1299, Metadata: map[string]string{"order_id": "o-owner2"}})
 	fs.SetStatus("pi_foreignpaid", "succeeded")
-	createPaying(t, svc, "o-foreign", "pi_foreign", 300*time.Millisecond)
-	createPaying(t, svc, "o-foreignpaid", "pi_foreignpaid", 300*time.Millisecond)
-	createPaying(t, svc, "o-unknown", "pi_nosuch", 300*time.Millisecond)
+	createPaying(t, svc, "o-foreign", "pi_foreign", time.Second)
+	createPaying(t, svc, "o-foreignpaid", "pi_foreignpaid", time.Second)
+	createPaying(t, svc, "o-unknown", "pi_nosuch", time.Second)
 	for _, id := range []string{"o-foreign", "o-foreignpaid", "o-unknown"} {
 		if o := waitStatus(t, svc, id, order.Cancelled); o.RefundRequired {
 			t.Fatalf("%s: cancelled with refund_required: another order's payment was counted as its own", id)
@@ -360,5 +362,65 @@ func TestWebhookThroughTheRoute(t *testing.T) {
 	paid2 := event("evt_paid2", "payment_intent.succeeded", "pi_two", "succeeded", 1299, "o-2")
 	if status, body := post(paid2, sign(paid2, testWebhookSecret, now)); status != 500 || errCode(body) != "not_applied" {
 		t.Fatalf("store down: %d %s", status, body)
+	}
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// An event over 1 MiB is refused for good (413 too_large) and logged at
+// WARN, without its body.
+func TestOversizedWebhookIsRefusedAndLogged(t *testing.T) {
+	t.Parallel()
+	svc, _ := service(t, nil)
+	n, err := stripe.NewNotifier(testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	api := httptest.NewServer(httpapi.New(svc, httpapi.Options{APIToken: "the-api-token-0123456789", Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
+	t.Cleanup(api.Close)
+	createPaying(t, svc, "o-1", "pi_one", time.Hour)
+	ev := event("evt_big", "payment_intent.succeeded", "pi_one", "succeeded", 1299, "o-1")
+	big := append(ev[:len(ev)-1:len(ev)-1], []byte(`,"pad":"`+strings.Repeat("PADDING", (1<<20)/7+1)+`"}`)...)
+	req, _ := http.NewRequest("POST", api.URL+"/v1/payments/notify/stripe", bytes.NewReader(big))
+	for k, v := range sign(big, testWebhookSecret, time.Now()) {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body struct{ Error struct{ Code string } }
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &body) != nil || body.Error.Code != "too_large" {
+		t.Fatalf("oversized: %d %s, want 413 too_large", resp.StatusCode, b)
+	}
+	if o := get(t, svc, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized event: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=stripe") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the event's body was logged")
 	}
 }

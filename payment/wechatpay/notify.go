@@ -148,12 +148,16 @@ func (n *Notifier) decrypt(ciphertext, nonce, associatedData string) ([]byte, er
 func (*Notifier) Acknowledge(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
 
 // Refuse implements payment.Notifier: {"code":"FAIL","message":…}, 400 for
-// a notification that failed verification and 500 for one lapse could not
-// apply; WeChat Pay sends it again either way.
+// a notification that failed verification, 413 for one over lapse's size
+// limit (a *http.MaxBytesError: it will not fit the next time either) and
+// 500 for one lapse could not apply; WeChat Pay sends it again whatever
+// the answer, but only a 5xx says that lapse may take it later.
 func (*Notifier) Refuse(w http.ResponseWriter, err error) {
 	code, msg := http.StatusInternalServerError, "not applied; send it again"
 	if errors.Is(err, ErrInvalidNotification) {
 		code, msg = http.StatusBadRequest, "verification failed"
+	} else if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code, msg = http.StatusRequestEntityTooLarge, "notification too large"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

@@ -1,6 +1,7 @@
 package wechatpay_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -10,8 +11,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -335,4 +338,55 @@ func TestGatewayCheck(t *testing.T) {
 	}
 	f.set("pay-typing", "SUCCESS", 300)
 	l.WaitStatus(t, "typing", order.Paid, 20*time.Second)
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A notification over 1 MiB is refused for good — 413 with WeChat Pay's
+// {"code":"FAIL"} body, not 500, which WeChat Pay would send again — and
+// logged at WARN without its body.
+func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l.Paying(t, "o-1", "pay-o-1", 1299, time.Hour)
+	good := notice{id: "EV-big", no: "pay-o-1", state: "SUCCESS", cents: 1299}.body(t)
+	big := append(good[:len(good)-1:len(good)-1], []byte(`,"pad":"`+strings.Repeat("PADDING", (1<<20)/7+1)+`"}`)...)
+	r := l.Notify(t, "wechatpay", headers(k.platform, platformSerial(), time.Now(), big), big)
+	var body struct{ Code, Message string }
+	if r.Status != http.StatusRequestEntityTooLarge || json.Unmarshal(r.Body, &body) != nil || body.Code != "FAIL" || body.Message == "" {
+		t.Fatalf("oversized: %d %s, want 413 {\"code\":\"FAIL\",…}", r.Status, r.Body)
+	}
+	if o := l.Order(t, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized notification: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=wechatpay") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the notification's body was logged")
+	}
 }
