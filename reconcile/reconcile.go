@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,11 @@ const (
 	// KindAmountMismatch: lapse and the gateway both hold a payment for the
 	// order, of different amounts.
 	KindAmountMismatch Kind = "amount_mismatch"
+	// KindCurrencyMismatch: the payment that paid a PAID order is, at the
+	// gateway, in another currency than the order's (a gateway that names
+	// none is taken to agree): the buyer paid something else than the
+	// order's price. Payments flagged for refund are not compared.
+	KindCurrencyMismatch Kind = "currency_mismatch"
 	// KindPaymentIDMismatch: lapse and the gateway both hold a payment for
 	// the order, with different payment ids (asked per attempt: lapse's
 	// paying attempt is not paid at the gateway, another attempt is; the
@@ -471,10 +477,22 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 	if o.AmountCents != g.AmountCents {
 		ms = append(ms, with(KindAmountMismatch, "lapse has %d cents, the gateway %d", o.AmountCents, g.AmountCents))
 	}
+	if o.Status == order.Paid && otherCurrency(o, g) {
+		ms = append(ms, with(KindCurrencyMismatch, "lapse has the order in %s, the gateway the payment in %s", o.Currency, g.Currency))
+	}
 	if lapseID != g.PaymentID {
 		ms = append(ms, with(KindPaymentIDMismatch, "lapse has payment %q, the gateway %q", lapseID, g.PaymentID))
 	}
 	return ms, refund
+}
+
+// otherCurrency reports whether the gateway names a currency for g that is
+// not the order's ("" is read as the order's: the gateway does not say).
+// It is asked of the payment that paid an order only: a payment flagged
+// for refund is money to give back in whatever currency it came in (lapse
+// may have flagged it for that very reason).
+func otherCurrency(o order.Order, g payment.Status) bool {
+	return g.Currency != "" && !strings.EqualFold(g.Currency, o.Currency)
 }
 
 // refundPaymentID is the payment of o (attempts loaded) recorded as money to
