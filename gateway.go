@@ -25,7 +25,13 @@ import (
 //   - PENDING (a payment in progress): asked again with backoff, for at most
 //     Config.GatewayPendingMax, then closed and cancelled;
 //   - an error (gateway down, timeout, unknown answer): asked again with
-//     backoff; never cancelled on an error.
+//     backoff; never cancelled on an error;
+//   - except payment.ErrUnknownPayment (the gateway does not know an
+//     attempt, or knows it as another order's): waited for as PENDING, then
+//     that attempt is taken as not paid — the order cancelled and its stock
+//     released — without closing it at the gateway (it may be another
+//     order's). A buyer naming a payment that will never pay cannot hold
+//     the stock forever.
 //
 // Orders cancelled after a payment attempt get a confirmation query
 // Config.ConfirmAfter later: paid after all → refund_required.
@@ -139,12 +145,15 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	retry := timer.Backoff(ch.attempt + 1)
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
 	ans, err := c.query(qctx, id)
-	st := ans.Status
+	st, closeOpen, unknown := ans.Status, ans.closeOpen, ans.unknown
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
 		s.log.Warn("gateway query failed; not cancelling, asking again later", "order_id", id, "retry_in", retry, "err", err)
 		return retry, true
+	}
+	if len(unknown) > 0 && st.State == payment.StatePending {
+		return c.unknownPayment(ctx, id, ch, st, closeOpen, unknown, retry)
 	}
 	s.metrics.gatewayChecks.WithLabelValues(string(st.State)).Inc()
 	switch st.State {
@@ -185,6 +194,30 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	}
 	s.log.Warn("gateway answered an unknown state; asking again later", "order_id", id, "state", st.State)
 	return retry, true
+}
+
+// unknownPayment handles an answer in which some attempts are unknown to
+// the gateway (or another order's) and none is paid: they are waited for,
+// with the PENDING ones, for at most GatewayPendingMax; then the attempts
+// the gateway knows are closed and the order cancelled, the unknown ones
+// left alone (payment.ErrUnknownPayment). The cancel event carries
+// cancel_reason "timeout" (the store's reasons are fixed); the log line and
+// lapse_gateway_checks_total{result="payment_unknown"} say why.
+func (c *checker) unknownPayment(ctx context.Context, id string, ch *check, st payment.Status, closeOpen func(context.Context) error,
+	unknown []string, retry time.Duration) (time.Duration, bool) {
+	s := c.s
+	s.metrics.gatewayChecks.WithLabelValues("payment_unknown").Inc()
+	if ch.pendingSince.IsZero() {
+		ch.pendingSince = time.Now()
+		s.log.Warn("the gateway does not know the order's payment attempt, or knows it as another order's: waiting, then cancelling the order without closing that attempt",
+			"order_id", id, "payment_ids", unknown, "wait_max", s.cfg.GatewayPendingMax, "reason", "payment_unknown")
+	}
+	if time.Since(ch.pendingSince) < s.cfg.GatewayPendingMax {
+		return retry, true
+	}
+	s.log.Warn("cancelling the order: its payment attempt is still unknown to the gateway (or another order's) after the maximum wait; that attempt is not closed at the gateway",
+		"order_id", id, "payment_ids", unknown, "waited", time.Since(ch.pendingSince).Round(time.Second), "reason", "payment_unknown")
+	return c.closeAndCancel(ctx, id, closeOpen, retry)
 }
 
 func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(context.Context) error, retry time.Duration) (time.Duration, bool) {
@@ -258,6 +291,16 @@ func (s *Service) recordPaid(ctx context.Context, id string, st payment.Status) 
 	return res, nil
 }
 
+// answer is what query found: the gateway's answer read as one, whether it
+// was read attempt by attempt, how to close what it found open, and which
+// attempts the gateway does not know (payment.ErrUnknownPayment).
+type answer struct {
+	payment.Status
+	perAttempt bool
+	closeOpen  func(context.Context) error
+	unknown    []string
+}
+
 // query asks the gateway about an order's payment. A gateway that keeps a
 // trade per attempt (payment.AttemptGateway) is asked about each of the
 // order's open attempts — the current one, any superseded one not yet
@@ -266,20 +309,15 @@ func (s *Service) recordPaid(ctx context.Context, id string, st payment.Status) 
 // CLOSED. Other gateways, and orders whose attempts lapse never recorded,
 // are asked about the order as a whole; an order whose attempts have all
 // ended (REFUND_REQUIRED: their money flagged) has nothing open, CLOSED.
-// closeOpen closes what the answer found open: the order's trade, or each
-// attempt still open.
-// answer is what query found: the gateway's answer read as one, whether it
-// was read attempt by attempt, and how to close what it found open.
-type answer struct {
-	payment.Status
-	perAttempt bool
-	closeOpen  func(context.Context) error
-}
-
+// The answer's closeOpen closes what it found open: the order's trade, or
+// each attempt still open; its unknown lists the attempts the gateway
+// answered payment.ErrUnknownPayment about (the order's id, asked as a
+// whole): they read as PENDING, unless an attempt is PAID, and are never
+// closed.
 func (c *checker) query(ctx context.Context, id string) (answer, error) {
 	closeOrder := func(ctx context.Context) error { return c.gw.Close(ctx, id) }
 	ag, perAttempt := c.gw.(payment.AttemptGateway)
-	var open []string
+	var open, unknown []string
 	attempts := 0
 	if perAttempt {
 		o, err := c.s.store.GetOrder(ctx, id)
@@ -300,6 +338,10 @@ func (c *checker) query(ctx context.Context, id string) (answer, error) {
 	}
 	if attempts == 0 {
 		st, err := c.gw.Query(ctx, id)
+		if errors.Is(err, payment.ErrUnknownPayment) {
+			return answer{Status: payment.Status{State: payment.StatePending}, closeOpen: func(context.Context) error { return nil },
+				unknown: []string{id}}, nil
+		}
 		return answer{Status: st, closeOpen: closeOrder}, err
 	}
 	if len(open) == 0 {
@@ -312,6 +354,11 @@ func (c *checker) query(ctx context.Context, id string) (answer, error) {
 	var toClose []string
 	for _, pid := range open {
 		st, err := ag.QueryAttempt(ctx, id, pid)
+		if errors.Is(err, payment.ErrUnknownPayment) {
+			unknown = append(unknown, pid)
+			seen.State = payment.StatePending
+			continue
+		}
 		if err != nil {
 			return answer{}, err
 		}
@@ -341,7 +388,7 @@ func (c *checker) query(ctx context.Context, id string) (answer, error) {
 			}
 		}
 		return nil
-	}}, nil
+	}, unknown: unknown}, nil
 }
 
 // closeSuperseded closes, best effort, the superseded attempts of an order

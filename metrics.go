@@ -102,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "lapse_timer_schedule_errors_total", Help: "Timers that could not be scheduled after their order committed (recovered from the store).",
 		}),
 		gatewayChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lapse_gateway_checks_total", Help: "Gateway queries before a cancel, by answer (PAID, NOT_PAID, PENDING, CLOSED, error, close_error).",
+			Name: "lapse_gateway_checks_total", Help: "Gateway queries before a cancel, by answer (PAID, NOT_PAID, PENDING, CLOSED, payment_unknown, error, close_error).",
 		}, []string{"result"}),
 		reminders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_reminders_sent_total", Help: "order.expiring reminders sent (best effort).",

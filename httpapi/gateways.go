@@ -23,6 +23,14 @@ func (s *server) gatewayNotify(n payment.Notifier) http.Handler {
 		r = r.WithContext(ctx)
 		body, err := readBody(r)
 		if err != nil {
+			// Refused for good (each Notifier answers a
+			// *http.MaxBytesError 413), so said once here: the body is
+			// not shown, and nobody else will see it.
+			if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
+				s.log.Warn("gateway notification too large; refused with 413", "gateway", n.Name(), "limit_bytes", MaxBodyBytes, "remote", r.RemoteAddr)
+			} else {
+				s.log.Warn("gateway notification could not be read; refused", "gateway", n.Name(), "err", err, "remote", r.RemoteAddr)
+			}
 			n.Refuse(w, err)
 			return
 		}

@@ -57,6 +57,19 @@ type AttemptGateway interface {
 // could be closed: the order must be marked paid, not cancelled.
 var ErrAlreadyPaid = errors.New("payment: trade already paid")
 
+// ErrUnknownPayment is returned, wrapped, by QueryAttempt (and Query) when
+// the gateway does not know the payment attempt at all (Stripe: 404
+// resource_missing for a PaymentIntent id the client made up or mistyped)
+// or knows it as another order's (a PaymentIntent whose metadata.order_id
+// names another order): either way it is not this order's money. Unlike
+// other errors, which lapse retries for as long as they last, an attempt
+// answered so is waited for at most Config.GatewayPendingMax (a key of the
+// wrong mode, a replica behind) and then taken as not paid: the order is
+// cancelled and its stock released — without closing that attempt at the
+// gateway, which may be another order's to keep — so that a buyer cannot
+// hold stock forever by naming a payment that will never pay it.
+var ErrUnknownPayment = errors.New("payment: the gateway does not know this payment attempt as the order's")
+
 // Gateway is what lapse asks a payment gateway before it cancels an order
 // that had a payment attempt (docs/architecture.md §2, §4). Any error means "unknown":
 // lapse retries later and never cancels on an error.

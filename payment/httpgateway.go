@@ -124,7 +124,8 @@ func (c *HTTPConfig) validate() error {
 // HTTPGateway is a Gateway speaking lapse's generic JSON protocol over HTTP:
 //
 //	GET  {base}/payments/{order_id}
-//	  200 {"order_id", "status": "PAID"|"NOT_PAID"|"PENDING"|"CLOSED", "amount_cents", "payment_id"}
+//	  200 {"order_id", "status": "PAID"|"NOT_PAID"|"PENDING"|"CLOSED", "amount_cents", "payment_id",
+//	       "currency" (optional, ISO 4217: the currency of amount_cents; absent, the order's)}
 //	  404 {"order_id": <the same id>, ...}  the gateway never saw the order: NOT_PAID
 //	POST {base}/payments/{order_id}/close
 //	  200 {"status": "CLOSED"}  closed, now or before (also for an order the gateway never
@@ -201,6 +202,7 @@ type queryBody struct {
 	Status      *string `json:"status"`
 	AmountCents *int64  `json:"amount_cents"`
 	PaymentID   string  `json:"payment_id"`
+	Currency    string  `json:"currency"`
 }
 
 // closeBody is the protocol's answer to a close.
@@ -293,6 +295,12 @@ func parseQuery(orderID string, body []byte) (Status, error) {
 	st := Status{State: State(*b.Status), PaymentID: b.PaymentID}
 	if b.AmountCents != nil {
 		st.AmountCents = *b.AmountCents
+	}
+	if b.Currency != "" {
+		if len(b.Currency) != 3 || strings.IndexFunc(b.Currency, func(r rune) bool { return (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') }) >= 0 {
+			return Status{}, fmt.Errorf("%w: currency %q: want an ISO 4217 code", ErrBadResponse, b.Currency)
+		}
+		st.Currency = strings.ToUpper(b.Currency)
 	}
 	switch st.State {
 	case StatePaid:

@@ -58,7 +58,7 @@ func askAttempts(ctx context.Context, ag payment.AttemptGateway, o order.Order) 
 //   - an attempt lapse flagged REFUND_REQUIRED must be PAID (a known
 //     refund, of the amount lapse recorded);
 //   - a PAID order must have exactly its paying attempt (its payment_id)
-//     PAID, of its amount;
+//     PAID, of its amount and currency;
 //   - any other attempt PAID is money lapse does not account for: charged
 //     twice (the order PAID by another), paid by another attempt than
 //     lapse's, paid for a cancelled order, or a lost callback (the order
@@ -93,6 +93,10 @@ func compareAttempts(o order.Order, as []attempt) (ms, refunds []Mismatch) {
 				ms = append(ms, row(KindAmountMismatch, a, "lapse has %d cents, the gateway %d for payment %s",
 					o.AmountCents, a.g.AmountCents, a.p.PaymentID))
 			}
+			if otherCurrency(o, a.g) {
+				ms = append(ms, row(KindCurrencyMismatch, a, "lapse has the order in %s, the gateway payment %s in %s",
+					o.Currency, a.p.PaymentID, a.g.Currency))
+			}
 			if a.g.PaymentID != o.PaymentID {
 				ms = append(ms, row(KindPaymentIDMismatch, a, "lapse has payment %q, the gateway answers about it as %q",
 					o.PaymentID, a.g.PaymentID))
@@ -109,6 +113,7 @@ func compareAttempts(o order.Order, as []attempt) (ms, refunds []Mismatch) {
 				ms = append(ms, row(KindAmountMismatch, a, "lapse recorded %d cents to refund for payment %s, the gateway %d",
 					a.p.AmountCents, a.p.PaymentID, a.g.AmountCents))
 			}
+
 		case paid:
 			unaccounted = append(unaccounted, a)
 		case o.Status == order.Cancelled && a.g.State == payment.StatePending:

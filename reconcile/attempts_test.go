@@ -43,6 +43,13 @@ func (g *attemptGateway) set(paymentID string, st payment.State, amount int64) {
 	g.trades[paymentID] = s
 }
 
+// setIn sets a paid trade of amount in currency.
+func (g *attemptGateway) setIn(paymentID string, amount int64, currency string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.trades[paymentID] = payment.Status{State: payment.StatePaid, PaymentID: paymentID, AmountCents: amount, Currency: currency}
+}
+
 func (g *attemptGateway) fail(paymentID string, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -319,6 +326,41 @@ func TestReconcileByAttemptTwoPaidAttempts(t *testing.T) {
 			if m.PaymentID != "pi_3" || !strings.Contains(m.Detail, "pi_4") {
 				t.Errorf("payment id row %+v", m)
 			}
+		}
+	}
+}
+
+// Asked per attempt, the paying attempt of a PAID order must be in the
+// order's currency (the world's orders are in EUR): one paid in JPY is a
+// currency mismatch, however equal the amounts. An attempt flagged for
+// refund is a known refund in whatever currency it came in.
+func TestReconcileByAttemptComparesCurrencies(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	gw := newAttemptGateway()
+	w.create("paid-eur", 1000)
+	w.startAttempt("paid-eur", "pi_eur")
+	w.paid("paid-eur", "pi_eur", 1000, store.OutcomePaid)
+	gw.setIn("pi_eur", 1000, "EUR")
+	w.create("paid-jpy", 1000)
+	w.startAttempt("paid-jpy", "pi_jpy")
+	w.paid("paid-jpy", "pi_jpy", 1000, store.OutcomePaid)
+	gw.setIn("pi_jpy", 1000, "JPY")
+	w.create("flagged-usd", 1000)
+	w.startAttempt("flagged-usd", "pi_usd")
+	w.startAttempt("flagged-usd", "pi_declined")
+	w.failAttempt("flagged-usd", "pi_declined")
+	w.cancel("flagged-usd")
+	gw.set("pi_declined", payment.StateClosed, 0)
+	w.paid("flagged-usd", "pi_usd", 1000, store.OutcomeRefundRequired)
+	gw.setIn("pi_usd", 1000, "USD")
+
+	rep := w.byAttempt(gw)
+	wantExactly(t, "mismatches", found(rep.Mismatches), []string{"currency_mismatch paid-jpy"})
+	wantExactly(t, "known refunds", found(rep.KnownRefunds), []string{"known_refund flagged-usd"})
+	for _, m := range rep.Mismatches {
+		if !strings.Contains(m.Detail, "EUR") || m.Detail == "" {
+			t.Errorf("row %+v: the detail should name both currencies", m)
 		}
 	}
 }

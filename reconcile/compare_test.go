@@ -160,3 +160,24 @@ func TestCompareAttempts(t *testing.T) {
 		}
 	}
 }
+
+// A payment in another currency than the order's is a mismatch, as one of
+// another amount is: 1299 JPY is not 1299 EUR. A gateway that does not say
+// (Currency "") is read as the order's currency. A payment flagged for
+// refund is money to give back in whatever currency it came in.
+func TestCompareCurrency(t *testing.T) {
+	t.Parallel()
+	for _, o := range []order.Order{
+		{ID: "o", Status: order.Paid, PaymentID: "p1", AmountCents: 1299, Currency: "EUR"},
+		{ID: "o", Status: order.Cancelled, RefundRequired: true, PaymentID: "p1", AmountCents: 1299, Currency: "EUR"},
+	} {
+		for cur, want := range map[string]bool{"JPY": true, "USD": true, "EUR": false, "": false} {
+			want = want && o.Status == order.Paid
+			ms, _ := compare(o, payment.Status{State: payment.StatePaid, PaymentID: "p1", AmountCents: 1299, Currency: cur}, false)
+			got := slices.ContainsFunc(ms, func(m Mismatch) bool { return m.Kind == KindCurrencyMismatch })
+			if got != want || (want && len(ms) != 1) {
+				t.Errorf("%s order in EUR, gateway paid in %q: %+v; want a currency mismatch %v (alone)", o.Status, cur, ms, want)
+			}
+		}
+	}
+}

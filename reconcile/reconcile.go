@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,11 @@ const (
 	// KindAmountMismatch: lapse and the gateway both hold a payment for the
 	// order, of different amounts.
 	KindAmountMismatch Kind = "amount_mismatch"
+	// KindCurrencyMismatch: the payment that paid a PAID order is, at the
+	// gateway, in another currency than the order's (a gateway that names
+	// none is taken to agree): the buyer paid something else than the
+	// order's price. Payments flagged for refund are not compared.
+	KindCurrencyMismatch Kind = "currency_mismatch"
 	// KindPaymentIDMismatch: lapse and the gateway both hold a payment for
 	// the order, with different payment ids (asked per attempt: lapse's
 	// paying attempt is not paid at the gateway, another attempt is; the
@@ -93,6 +99,11 @@ const (
 	// attempt of a PAID order paid besides the one that paid it: the buyer
 	// was charged twice. The query API by order cannot see it.
 	KindDuplicatePayment Kind = "duplicate_payment"
+	// KindSharedPayment: one payment id is recorded as having paid (the
+	// paying payment of a PAID order, or an attempt SUCCEEDED) more than one
+	// order of the range: one buyer's money counted for several orders, each
+	// of which the gateway's record alone agrees with. One row per order.
+	KindSharedPayment Kind = "shared_payment"
 	// KindKnownRefund is not a mismatch: lapse already flagged the order
 	// refund_required (a payment arrived after the cancel; asked per
 	// attempt, also one that came besides the payment of a PAID order) and
@@ -194,6 +205,7 @@ func Run(ctx context.Context, p Params) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	r.sharedPayments()
 	rep := r.rep
 	sortMismatches(rep.Mismatches)
 	sortMismatches(rep.KnownRefunds)
@@ -223,6 +235,55 @@ type run struct {
 	attempts payment.AttemptGateway
 	mu       sync.Mutex // guards rep while queries run
 	rep      Report
+	// paidBy lists, by payment id, the orders of the range lapse has paid
+	// by it (sharedPayments); written by eachOrder only.
+	paidBy map[string][]order.Order
+}
+
+// notePaid records the payments that paid o: its paying payment when it is
+// PAID, and any attempt SUCCEEDED (its attempts loaded).
+func (r *run) notePaid(o order.Order) {
+	var ids []string
+	if o.Status == order.Paid && o.PaymentID != "" {
+		ids = append(ids, o.PaymentID)
+	}
+	for _, p := range o.Payments {
+		if p.Status == order.PaymentSucceeded && !slices.Contains(ids, p.PaymentID) {
+			ids = append(ids, p.PaymentID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if r.paidBy == nil {
+		r.paidBy = map[string][]order.Order{}
+	}
+	for _, id := range ids {
+		r.paidBy[id] = append(r.paidBy[id], o)
+	}
+}
+
+// sharedPayments reports each payment id that paid more than one order of
+// the range (KindSharedPayment), one row per order. Orders outside the
+// range are not seen: run over a range wide enough to hold both.
+func (r *run) sharedPayments() {
+	for pid, os := range r.paidBy {
+		if len(os) < 2 {
+			continue
+		}
+		ids := make([]string, len(os))
+		for i, o := range os {
+			ids[i] = showID(o.ID)
+		}
+		slices.Sort(ids)
+		for _, o := range os {
+			r.rep.Mismatches = append(r.rep.Mismatches, Mismatch{
+				Kind: KindSharedPayment, OrderID: o.ID, LapseStatus: o.Status, LapseAmount: o.AmountCents, PaymentID: pid,
+				Detail: fmt.Sprintf("payment %s is recorded as paying %d orders (%s): one payment counted for each; refund or restore all but one",
+					showID(pid), len(os), strings.Join(ids, ", ")),
+			})
+		}
+	}
 }
 
 func (r *run) add(o order.Order, g payment.Status, absent bool) {
@@ -284,6 +345,7 @@ func (r *run) eachOrder(ctx context.Context, f func(order.Order) error) error {
 				}
 				o = full
 			}
+			r.notePaid(o)
 			if err := f(o); err != nil {
 				return err
 			}
@@ -471,10 +533,22 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 	if o.AmountCents != g.AmountCents {
 		ms = append(ms, with(KindAmountMismatch, "lapse has %d cents, the gateway %d", o.AmountCents, g.AmountCents))
 	}
+	if o.Status == order.Paid && otherCurrency(o, g) {
+		ms = append(ms, with(KindCurrencyMismatch, "lapse has the order in %s, the gateway the payment in %s", o.Currency, g.Currency))
+	}
 	if lapseID != g.PaymentID {
 		ms = append(ms, with(KindPaymentIDMismatch, "lapse has payment %q, the gateway %q", lapseID, g.PaymentID))
 	}
 	return ms, refund
+}
+
+// otherCurrency reports whether the gateway names a currency for g that is
+// not the order's ("" is read as the order's: the gateway does not say).
+// It is asked of the payment that paid an order only: a payment flagged
+// for refund is money to give back in whatever currency it came in (lapse
+// may have flagged it for that very reason).
+func otherCurrency(o order.Order, g payment.Status) bool {
+	return g.Currency != "" && !strings.EqualFold(g.Currency, o.Currency)
 }
 
 // refundPaymentID is the payment of o (attempts loaded) recorded as money to

@@ -622,3 +622,61 @@ func TestPagingStopsAtTheStartOfTheRange(t *testing.T) {
 		t.Errorf("%d pages read, want 2", c.pages)
 	}
 }
+
+// memOrders is lapse's side as a fixed list of orders (newest first), for
+// states the store itself now refuses to make.
+type memOrders struct {
+	store.Orders
+	orders []order.Order
+}
+
+func (m memOrders) ListOrders(_ context.Context, _ store.ListOrdersParams) (store.ListOrdersResult, error) {
+	return store.ListOrdersResult{Orders: m.orders}, nil
+}
+
+func (m memOrders) GetOrder(_ context.Context, id string) (order.Order, error) {
+	for _, o := range m.orders {
+		if o.ID == id {
+			return o, nil
+		}
+	}
+	return order.Order{}, store.ErrNotFound
+}
+
+// One payment recorded SUCCEEDED on two orders paid both (a PaymentIntent
+// id given to /pay of each): the gateway agrees with each order alone, so
+// only a look across orders finds it — a shared_payment row for each
+// order, whatever the source.
+func TestOnePaymentOnTwoOrdersIsFound(t *testing.T) {
+	t.Parallel()
+	at := from.Add(time.Minute)
+	paidBy := func(id, pid string) order.Order {
+		return order.Order{ID: id, Status: order.Paid, PaymentID: pid, AmountCents: 1299, Currency: "USD", CreatedAt: at,
+			Payments: []order.Payment{{PaymentID: pid, Status: order.PaymentSucceeded, AmountCents: 1299}}}
+	}
+	orders := memOrders{orders: []order.Order{paidBy("o-b", "pi_shared"), paidBy("o-a", "pi_shared"), paidBy("o-c", "pi_own")}}
+	gw := newAttemptGateway()
+	gw.set("pi_shared", payment.StatePaid, 1299)
+	gw.set("pi_own", payment.StatePaid, 1299)
+	for _, src := range []string{"gateway", "statement"} {
+		p := reconcile.Params{Orders: orders, From: from, To: to}
+		if src == "gateway" {
+			p.Gateway = gw
+		} else {
+			p.Statement = strings.NewReader("o-a,pi_shared,PAID,1299\no-b,pi_shared,PAID,1299\no-c,pi_own,PAID,1299\n")
+		}
+		rep, err := reconcile.Run(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantExactly(t, src+": mismatches", found(rep.Mismatches), []string{"shared_payment o-a", "shared_payment o-b"})
+		for _, m := range rep.Mismatches {
+			if m.PaymentID != "pi_shared" || m.LapseStatus != order.Paid || !strings.Contains(m.Detail, "o-a") || !strings.Contains(m.Detail, "o-b") {
+				t.Errorf("%s: row %+v", src, m)
+			}
+		}
+		if rep.OK() {
+			t.Errorf("%s: a payment on two orders reported OK", src)
+		}
+	}
+}

@@ -12,6 +12,25 @@ import (
 
 var errUsage = errors.New("usage")
 
+// usageError is a flag whose value is wrong in itself — a URL of a scheme
+// lapse does not know, a malformed URL or query — found where the value is
+// read, as opening what it names begins: lapse exits 2 with its message, as
+// for any other bad flag, not 1 as for a store or broker that does not
+// answer.
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// badFlag marks err, which names the flag, as a usageError (nil stays nil).
+func badFlag(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
 // flagSet is a command's flags. It is a flag.FlagSet whose Duration also
 // takes the range the flag accepts, so that every duration flag of every
 // command is checked in one place, parseFlags, after the command line and

@@ -145,3 +145,65 @@ func TestSweepLagZeroIsNoLag(t *testing.T) {
 	}
 	s.stop()
 }
+
+// Count flags are checked at start whatever else is given: exit 2 with a
+// message naming the flag. --task-max-attempts and --task-workers used to
+// be checked only with a remote --inventory, and a negative
+// --gateway-retries stood silently for none.
+func TestCountFlagsAreCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--task-max-attempts", "-5"}, "--task-max-attempts -5: want 1 to 10000"},
+		{[]string{"serve", "--task-max-attempts", "0"}, "--task-max-attempts 0: want 1 to 10000"},
+		{[]string{"serve", "--task-workers", "0"}, "--task-workers 0: want 1 to 64"},
+		{[]string{"serve", "--task-workers", "65"}, "--task-workers 65: want 1 to 64"},
+		{[]string{"serve", "--gateway-retries", "-1"}, "--gateway-retries -1: want 0 (no retry) to 10"},
+		{[]string{"serve", "--gateway-retries", "11", "--gateway", "http://127.0.0.1:1"}, "--gateway-retries 11: want 0 (no retry) to 10"},
+		{[]string{"reconcile", "--gateway-retries", "-1", "--gateway", "http://127.0.0.1:1"}, "--gateway-retries -1: want 0 (no retry) to 10"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{}, c.args...), quiet[c.args[0]]...)
+			out, code := lapseRun(t, 15*time.Second, nil, args...)
+			if code != 2 || !strings.Contains(out, c.want) {
+				t.Errorf("lapse %s: exit %d, want 2 and %q:\n%s", strings.Join(args, " "), code, c.want, out)
+			}
+		})
+	}
+}
+
+// A URL-style flag whose value is wrong in itself — an unknown scheme, a
+// malformed URL or query — is a usage error like any other bad flag: exit
+// 2, with a message naming the flag, before anything is opened or dialled
+// (it used to be 1, the status of a store or broker that does not answer).
+func TestURLFlagErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--store", "oracle://x"}, "--store"},
+		{[]string{"serve", "--store", "sqlite://"}, "--store"},
+		{[]string{"serve", "--store", "mysql://root@127.0.0.1:1/"}, "--store"},
+		{[]string{"serve", "--timers", "cron"}, "--timers"},
+		{[]string{"serve", "--timers", "redis://127.0.0.1:6379/notadb"}, "--timers"},
+		{[]string{"serve", "--timers", "nats://"}, "--timers"},
+		{[]string{"serve", "--timers", "amqp://guest:guest@127.0.0.1:5672/?levels=many"}, "--timers"},
+		{[]string{"serve", "--gateway", "ftp://pay.example"}, "--gateway"},
+		{[]string{"serve", "--gateway", "https://pay.example/?x=1"}, "--gateway"},
+		{[]string{"serve", "--inventory", "amqp://guest:guest@127.0.0.1:5672/?prefix=amq.x"}, "--inventory"},
+		{[]string{"migrate", "--store", "oracle://x"}, "--store"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{}, c.args...), quiet[c.args[0]]...)
+			out, code := lapseRun(t, 15*time.Second, nil, args...)
+			if code != 2 || !strings.Contains(out, c.want) {
+				t.Errorf("lapse %s: exit %d, want 2 and a message naming %s:\n%s", strings.Join(args, " "), code, c.want, out)
+			}
+		})
+	}
+}

@@ -40,8 +40,16 @@ func addInventoryFlags(fs *flagSet) *inventoryFlags {
 // remote reports whether a remote inventory holds the stock.
 func (f *inventoryFlags) remote() bool { return *f.url != "local" }
 
-// check validates the flags without connecting anywhere.
+// check validates the flags without connecting anywhere. The counts are
+// checked whatever --inventory says: a value out of range is a mistake even
+// where it is not used yet.
 func (f *inventoryFlags) check() error {
+	if *f.maxAttempts < 1 || *f.maxAttempts > 10000 {
+		return fmt.Errorf("--task-max-attempts %d: want 1 to 10000", *f.maxAttempts)
+	}
+	if *f.workers < 1 || *f.workers > 64 {
+		return fmt.Errorf("--task-workers %d: want 1 to 64", *f.workers)
+	}
 	if !f.remote() {
 		if *f.reserve {
 			return fmt.Errorf("--inventory-reserve needs --inventory amqp://… or http://…: with --inventory local lapse holds the stock itself")
@@ -60,11 +68,10 @@ func (f *inventoryFlags) check() error {
 	if u.Host == "" {
 		return fmt.Errorf("--inventory %s: no host", redact.URL(*f.url))
 	}
-	if *f.maxAttempts < 1 || *f.maxAttempts > 10000 {
-		return fmt.Errorf("--task-max-attempts %d: want 1 to 10000", *f.maxAttempts)
-	}
-	if *f.workers < 1 || *f.workers > 64 {
-		return fmt.Errorf("--task-workers %d: want 1 to 64", *f.workers)
+	if u.Scheme == "amqp" || u.Scheme == "amqps" {
+		if _, _, err := inventoryAMQPURL(*f.url); err != nil {
+			return fmt.Errorf("--inventory %s: %w", redact.URL(*f.url), err)
+		}
 	}
 	return nil
 }

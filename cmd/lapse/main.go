@@ -88,6 +88,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return ee.code
 		case errors.Is(err, errUsage):
+			if _, ok := errors.AsType[usageError](err); ok {
+				fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, err)
+			}
 			return 2
 		default:
 			fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, err)

@@ -26,16 +26,24 @@ func addGatewayFlags(fs *flagSet) gatewayFlags {
 		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol), or stripe, alipay or wechatpay (their --stripe-… / --alipay-… / --wechatpay-… flags); without one PAYING orders wait for their callback"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
 		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
-		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error (lapse's JSON protocol)"),
+		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error (lapse's JSON protocol, stripe): 0 (none) to 10"),
 		stripe:  addStripeFlags(fs),
 		cn:      addCNGatewayFlags(fs),
 	}
 }
 
+// maxGatewayRetries bounds --gateway-retries: each retry adds a timeout
+// (and a backoff) to every call, which callTimeout allows for.
+const maxGatewayRetries = 10
+
 // open returns the gateway client and the notifiers of the gateway's own
 // notifications (served at POST /v1/payments/notify/{name}), or nothing
-// when no --gateway was given.
+// when no --gateway was given. It connects to nothing, so every error is
+// about the flags.
 func (g gatewayFlags) open(logger *slog.Logger) (payment.Gateway, []payment.Notifier, error) {
+	if err := g.checkRetries(); err != nil {
+		return nil, nil, err
+	}
 	switch *g.url {
 	case "":
 		return nil, nil, nil
@@ -44,11 +52,23 @@ func (g gatewayFlags) open(logger *slog.Logger) (payment.Gateway, []payment.Noti
 	case "alipay", "wechatpay":
 		return g.cn.open(*g.url, *g.timeout)
 	}
-	gw, err := payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: *g.retries, BearerToken: *g.token, Logger: logger})
+	retries := *g.retries
+	if retries == 0 {
+		retries = -1 // none, as the flag says (0 is the default in payment.HTTPConfig)
+	}
+	gw, err := payment.NewHTTPGateway(*g.url, payment.HTTPConfig{Timeout: *g.timeout, Retries: retries, BearerToken: *g.token, Logger: logger})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("--gateway: %w", err)
 	}
 	return gw, nil, nil
+}
+
+// checkRetries says what is wrong with --gateway-retries.
+func (g gatewayFlags) checkRetries() error {
+	if *g.retries < 0 || *g.retries > maxGatewayRetries {
+		return fmt.Errorf("--gateway-retries %d: want 0 (no retry) to %d", *g.retries, maxGatewayRetries)
+	}
+	return nil
 }
 
 // callTimeout bounds one gateway call including its retries.

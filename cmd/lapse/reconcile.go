@@ -90,6 +90,11 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 
+	if err := gw.checkRetries(); err != nil {
+		fmt.Fprintf(stderr, "lapse reconcile: %v\n", err)
+		return errUsage
+	}
+
 	couldNotRun := func(err error) error { return exitError{code: 2, err: err} }
 	st, err := openExistingStore(ctx, *storeURL)
 	if err != nil {

@@ -93,6 +93,18 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := invFl.check(); err != nil {
 		return usage("%v", err)
 	}
+	// Every URL-style flag is checked before anything is dialled: a value
+	// wrong in itself exits 2 (usage), a server that does not answer 1.
+	if err := checkStoreURL(*storeURL); err != nil {
+		return usage("%v", err)
+	}
+	if err := checkTimers(*timers); err != nil {
+		return usage("%v", err)
+	}
+	g, notifiers, err := gw.open(logger)
+	if err != nil {
+		return usage("%v", err)
+	}
 	sinks, closeSinks, err := sinkFl.open(ctx, logger)
 	if err != nil {
 		return usage("%v", err)
@@ -109,10 +121,6 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeInventory()
-	g, notifiers, err := gw.open(logger)
-	if err != nil {
-		return err
-	}
 	if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
 		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax

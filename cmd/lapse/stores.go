@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -21,10 +22,36 @@ import (
 	"github.com/lapsehq/lapse/timer/redis"
 )
 
-// openStore opens the store a URL names; it does not migrate.
-func openStore(ctx context.Context, url string) (store.Store, error) {
+// checkStoreURL says what is wrong with a --store URL itself, without
+// opening anything: a usageError.
+func checkStoreURL(url string) error {
 	scheme, _, _ := strings.Cut(url, "://")
+	var err error
 	switch scheme {
+	case "sqlite":
+		_, err = sqlite.ParseURL(url)
+	case "postgres", "postgresql":
+		if _, e := neturl.Parse(url); e != nil {
+			err = errors.New("malformed URL") // url.Parse's error repeats the URL, password included
+		}
+	case "mysql":
+		_, err = mysql.ParseURL(url)
+	default:
+		return badFlag(fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redact.URL(url), scheme))
+	}
+	if err != nil {
+		return badFlag(fmt.Errorf("--store %s: %w", redact.URL(url), err))
+	}
+	return nil
+}
+
+// openStore opens the store a URL names; it does not migrate. A URL wrong
+// in itself is a usageError.
+func openStore(ctx context.Context, url string) (store.Store, error) {
+	if err := checkStoreURL(url); err != nil {
+		return nil, err
+	}
+	switch scheme, _, _ := strings.Cut(url, "://"); scheme {
 	case "sqlite":
 		path, err := sqlite.ParseURL(url)
 		if err != nil {
@@ -33,10 +60,8 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 		return sqlite.Open(ctx, sqlite.Config{Path: path})
 	case "postgres", "postgresql":
 		return postgres.Open(ctx, postgres.Config{URL: url})
-	case "mysql":
-		return mysql.Open(ctx, mysql.Config{URL: url})
 	default:
-		return nil, fmt.Errorf("--store %q: unsupported scheme %q (want sqlite://path, postgres://… or mysql://…)", redact.URL(url), scheme)
+		return mysql.Open(ctx, mysql.Config{URL: url})
 	}
 }
 
@@ -76,10 +101,39 @@ type openedTimers struct {
 	ping func(context.Context) error
 }
 
+// checkTimers says what is wrong with a --timers value itself, without
+// connecting anywhere: a usageError.
+func checkTimers(spec string) error {
+	scheme, _, _ := strings.Cut(spec, "://")
+	var err error
+	switch {
+	case spec == "memory", spec == "sql":
+	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
+		var client interface{ Close() error }
+		if client, err = redis.ParseURL(spec); err == nil {
+			_ = client.Close() // never connected: parsing only
+		}
+	case scheme == "nats":
+		_, _, _, err = natstimer.ParseURL(spec)
+	case scheme == "amqp" || scheme == "amqps":
+		_, _, err = amqptimer.ParseURL(spec)
+	default:
+		return badFlag(fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec)))
+	}
+	if err != nil {
+		return badFlag(fmt.Errorf("--timers: %w", err))
+	}
+	return nil
+}
+
 // openTimers configures the timer backend a --timers value names; Redis
-// timers keep their keys under prefix.
+// timers keep their keys under prefix. A value wrong in itself is a
+// usageError.
 func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 	opened := openedTimers{close: func() error { return nil }}
+	if err := checkTimers(spec); err != nil {
+		return opened, err
+	}
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch {
 	case spec == "memory":

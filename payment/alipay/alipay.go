@@ -155,6 +155,39 @@ type tradeResponse struct {
 	TradeNo     string `json:"trade_no"`
 	TradeStatus string `json:"trade_status"`
 	TotalAmount string `json:"total_amount"`
+	// TransCurrency is the currency a cross-border trade is priced in
+	// (total_amount is in it); Currency its older name. A domestic trade
+	// has neither: its total_amount is in yuan.
+	TransCurrency string `json:"trans_currency"`
+	Currency      string `json:"currency"`
+}
+
+// Domestic is the currency of a trade that names none: yuan.
+const Domestic = "CNY"
+
+// AcceptsCurrency implements payment.CurrencyGateway: the adapter opens no
+// trade itself and its Config names no currency, so lapse's orders are
+// taken in yuan only (a cross-border trade's trans_currency is still read
+// and compared, see TradeCurrency).
+func (g *Gateway) AcceptsCurrency(currency string) bool { return currency == Domestic }
+
+var _ payment.CurrencyGateway = (*Gateway)(nil)
+
+// TradeCurrency is the ISO 4217 code a trade's total_amount is in: its
+// trans_currency, else its currency, else CNY (a domestic trade). A value
+// that is not three letters is an error.
+func TradeCurrency(transCurrency, currency string) (string, error) {
+	c := transCurrency
+	if c == "" {
+		c = currency
+	}
+	if c == "" {
+		return Domestic, nil
+	}
+	if len(c) != 3 || strings.IndexFunc(c, func(r rune) bool { return (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') }) >= 0 {
+		return "", fmt.Errorf("currency %q: want an ISO 4217 code", c)
+	}
+	return strings.ToUpper(c), nil
 }
 
 // Result codes and sub codes the adapter acts on.
@@ -199,7 +232,11 @@ func (g *Gateway) query(ctx context.Context, outTradeNo string) (payment.Status,
 		if err != nil {
 			return payment.Status{}, fmt.Errorf("%w: trade.query: total_amount: %w", ErrBadResponse, err)
 		}
-		return payment.Status{State: payment.StatePaid, PaymentID: outTradeNo, AmountCents: cents}, nil
+		currency, err := TradeCurrency(r.TransCurrency, r.Currency)
+		if err != nil {
+			return payment.Status{}, fmt.Errorf("%w: trade.query: %w", ErrBadResponse, err)
+		}
+		return payment.Status{State: payment.StatePaid, PaymentID: outTradeNo, AmountCents: cents, Currency: currency}, nil
 	case statusWaitBuyerPay:
 		return payment.Status{State: payment.StateNotPaid}, nil
 	case statusTradeClosed:

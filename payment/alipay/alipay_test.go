@@ -1,14 +1,17 @@
 package alipay_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +41,7 @@ func TestQueryStates(t *testing.T) {
 	ctx := context.Background()
 	f.setStatus("p-fin", "TRADE_FINISHED", 1999999)
 	st, err := gw.QueryAttempt(ctx, "o", "p-fin")
-	if err != nil || st != (payment.Status{State: payment.StatePaid, PaymentID: "p-fin", AmountCents: 1999999}) {
+	if err != nil || st != (payment.Status{State: payment.StatePaid, PaymentID: "p-fin", AmountCents: 1999999, Currency: "CNY"}) {
 		t.Fatalf("TRADE_FINISHED: %+v %v", st, err)
 	}
 	// Close of a paid trade: trade.close says ACQ.TRADE_STATUS_ERROR, the
@@ -48,6 +51,61 @@ func TestQueryStates(t *testing.T) {
 	}
 	if n := f.calls("alipay.trade.query"); n != 2 {
 		t.Fatalf("%d queries, want 2 (one after the close's status error)", n)
+	}
+}
+
+// A trade's currency comes with its amount: trans_currency (the currency a
+// cross-border trade is priced in) when the answer has one, else CNY (a
+// domestic trade's total_amount is in yuan).
+func TestQueryCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	gw := newGateway(t, u)
+	f.setPriced("p-cny", 1299, "")
+	f.setPriced("p-usd", 1299, "USD")
+	f.setPriced("p-jpy", 1299, "JPY")
+	for no, want := range map[string]string{"p-cny": "CNY", "p-usd": "USD", "p-jpy": "JPY"} {
+		st, err := gw.QueryAttempt(context.Background(), "o", no)
+		if err != nil || st.State != payment.StatePaid || st.Currency != want {
+			t.Errorf("%s: %+v, %v; want PAID in %s", no, st, err, want)
+		}
+	}
+}
+
+// A notification carries the trade's currency the same way.
+func TestNotificationCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := alipay.NewNotifier(alipay.Config{AppID: appID, AlipayPublicKey: &k.alipay.PublicKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ field, value, want string }{{"", "", "CNY"}, {"trans_currency", "USD", "USD"}, {"currency", "JPY", "JPY"}} {
+		v := notification("pay-1", "TRADE_SUCCESS", "12.99", "n-"+c.want)
+		if c.field != "" {
+			v.Set(c.field, c.value)
+		}
+		reps, err := n.Verify(context.Background(), formHeader, signed(v))
+		if err != nil || len(reps) != 1 || reps[0].Currency != c.want || reps[0].AmountCents != 1299 {
+			t.Errorf("%s=%q: %+v, %v; want one report of 1299 %s", c.field, c.value, reps, err, c.want)
+		}
+	}
+}
+
+// The adapter opens trades in yuan only (its Config names no other
+// currency): lapse refuses an order in another at create.
+func TestAcceptsOnlyCNY(t *testing.T) {
+	t.Parallel()
+	_, u := newFake(t)
+	var gw payment.Gateway = newGateway(t, u)
+	cg, ok := gw.(payment.CurrencyGateway)
+	if !ok {
+		t.Fatal("the Alipay gateway is not a payment.CurrencyGateway")
+	}
+	for cur, want := range map[string]bool{"CNY": true, "USD": false, "JPY": false, "cny": false, "": false} {
+		if got := cg.AcceptsCurrency(cur); got != want {
+			t.Errorf("AcceptsCurrency(%q) = %v, want %v", cur, got, want)
+		}
 	}
 }
 
@@ -269,5 +327,55 @@ func TestGatewayCheck(t *testing.T) {
 	l.WaitStatus(t, "never", order.Cancelled, 10*time.Second)
 	if f.calls("alipay.trade.close") < 2 {
 		t.Fatal("the never-scanned trade was not closed")
+	}
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A notification over 1 MiB is refused for good — 413 with "failure", not
+// 503, which Alipay would send again for a day — and logged at WARN
+// without its body.
+func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := alipay.NewNotifier(alipay.Config{AppID: appID, AlipayPublicKey: &k.alipay.PublicKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l.Paying(t, "o-1", "pay-o-1", 8888, time.Hour)
+	v := notification("pay-o-1", "TRADE_SUCCESS", "88.88", "n-big")
+	v.Set("body", strings.Repeat("PADDING", (1<<20)/7+1))
+	r := l.Notify(t, "alipay", formHeader, signed(v))
+	if r.Status != http.StatusRequestEntityTooLarge || string(r.Body) != "failure" {
+		t.Fatalf("oversized: %d %q, want 413 failure", r.Status, r.Body)
+	}
+	if o := l.Order(t, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized notification: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=alipay") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the notification's body was logged")
 	}
 }

@@ -82,6 +82,9 @@ func rsa2Verify(key *rsa.PublicKey, content []byte, sig string) bool {
 type trade struct {
 	status string
 	cents  int64
+	// currency, when set, is answered as trans_currency (a cross-border
+	// trade priced in it); a domestic trade has none.
+	currency string
 }
 
 // fakeAlipay plays Alipay's OpenAPI gateway for trade.query and
@@ -128,15 +131,15 @@ func (f *fakeAlipay) Set(orderID, paymentID string, st gatewaytest.Trade, cents 
 	defer f.mu.Unlock()
 	switch st {
 	case gatewaytest.TradePaid:
-		f.trades[no] = trade{"TRADE_SUCCESS", cents}
+		f.trades[no] = trade{"TRADE_SUCCESS", cents, ""}
 	case gatewaytest.TradeNotPaid:
-		f.trades[no] = trade{"WAIT_BUYER_PAY", 0}
+		f.trades[no] = trade{"WAIT_BUYER_PAY", 0, ""}
 	case gatewaytest.TradeClosed:
-		f.trades[no] = trade{"TRADE_CLOSED", 0}
+		f.trades[no] = trade{"TRADE_CLOSED", 0, ""}
 	case gatewaytest.TradeUnknown:
 		delete(f.trades, no)
 	case gatewaytest.TradeUnmapped:
-		f.trades[no] = trade{"TRADE_REVERSED", 0}
+		f.trades[no] = trade{"TRADE_REVERSED", 0, ""}
 	default:
 		panic(fmt.Sprintf("alipay has no %s trade", st))
 	}
@@ -145,7 +148,14 @@ func (f *fakeAlipay) Set(orderID, paymentID string, st gatewaytest.Trade, cents 
 func (f *fakeAlipay) setStatus(no, status string, cents int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.trades[no] = trade{status, cents}
+	f.trades[no] = trade{status, cents, ""}
+}
+
+// setPriced sets a paid trade priced in currency (trans_currency).
+func (f *fakeAlipay) setPriced(no string, cents int64, currency string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trades[no] = trade{"TRADE_SUCCESS", cents, currency}
 }
 
 func (f *fakeAlipay) trade(no string) (trade, bool) {
@@ -227,6 +237,9 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"trade_status": tr.status, "total_amount": alipay.FormatAmount(tr.cents), "buyer_logon_id": "159****5620",
 				"buyer_pay_amount": "0.00", "point_amount": "0.00", "receipt_amount": "0.00", "buyer_user_id": "2088101117955611",
 				"send_pay_date": "2026-01-01 12:00:00"}
+			if tr.currency != "" {
+				resp["trans_currency"] = tr.currency
+			}
 		}
 	case "alipay.trade.close":
 		switch {
@@ -234,7 +247,7 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_NOT_EXIST", "sub_msg": "交易不存在"}
 		case tr.status == "WAIT_BUYER_PAY":
 			if fault == gatewaytest.FaultNone {
-				f.trades[biz.OutTradeNo] = trade{"TRADE_CLOSED", 0}
+				f.trades[biz.OutTradeNo] = trade{"TRADE_CLOSED", 0, ""}
 			}
 			resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo}
 		default: // paid, finished or closed: documented as ACQ.TRADE_STATUS_ERROR

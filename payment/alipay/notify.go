@@ -46,7 +46,8 @@ func (*Notifier) Name() string { return "alipay" }
 // notification. Its RSA2 signature over the sorted non-empty parameters but
 // sign and sign_type must verify with Alipay's public key, and its app_id
 // must be ours. TRADE_SUCCESS and TRADE_FINISHED report the payment of
-// out_trade_no (total_amount); TRADE_CLOSED its failure; WAIT_BUYER_PAY and
+// out_trade_no (total_amount, in trans_currency or currency when the
+// notification names one, else CNY); TRADE_CLOSED its failure; WAIT_BUYER_PAY and
 // any other status nothing (acknowledged, so that Alipay stops sending it).
 // The report's CallbackID is the notify_id: Alipay sends the same one again
 // until it is acknowledged, and lapse applies it once.
@@ -87,7 +88,11 @@ func (n *Notifier) Verify(_ context.Context, _ http.Header, body []byte) ([]paym
 		if err != nil {
 			return nil, fmt.Errorf("%w: total_amount: %v", ErrInvalidNotification, err)
 		}
-		return []payment.Report{{PaymentID: outTradeNo, Succeeded: true, AmountCents: cents, CallbackID: notifyID}}, nil
+		currency, err := TradeCurrency(v.Get("trans_currency"), v.Get("currency"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
+		}
+		return []payment.Report{{PaymentID: outTradeNo, Succeeded: true, AmountCents: cents, Currency: currency, CallbackID: notifyID}}, nil
 	case statusTradeClosed:
 		return []payment.Report{{PaymentID: outTradeNo, CallbackID: notifyID}}, nil
 	}
@@ -104,11 +109,15 @@ func (*Notifier) Acknowledge(w http.ResponseWriter) {
 
 // Refuse implements payment.Notifier: "failure" (anything but "success"
 // makes Alipay send the notification again), with 400 for a notification
-// that failed verification and 503 for one lapse could not apply.
+// that failed verification, 413 for one over lapse's size limit (a
+// *http.MaxBytesError: it will not fit the next time either) and 503 for
+// one lapse could not apply.
 func (*Notifier) Refuse(w http.ResponseWriter, err error) {
 	code := http.StatusServiceUnavailable
 	if errors.Is(err, ErrInvalidNotification) {
 		code = http.StatusBadRequest
+	} else if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code = http.StatusRequestEntityTooLarge
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)

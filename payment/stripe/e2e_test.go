@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +31,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // (nil: none).
 func service(t *testing.T, gw payment.Gateway) (*lapse.Service, *sqlite.Store) {
 	t.Helper()
+	return serviceWaiting(t, gw, 300*time.Millisecond)
+}
+
+// serviceWaiting is service with pendingMax as its GatewayPendingMax.
+func serviceWaiting(t *testing.T, gw payment.Gateway, pendingMax time.Duration) (*lapse.Service, *sqlite.Store) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "l.db"), Synchronous: "NORMAL"})
 	if err != nil {
@@ -41,7 +49,7 @@ func service(t *testing.T, gw payment.Gateway) (*lapse.Service, *sqlite.Store) {
 	storetest.Stock(t, st, 100, "sku")
 	cfg := lapse.Config{Store: st, Logger: quiet}
 	if gw != nil {
-		cfg.Gateway, cfg.ConfirmAfter, cfg.GatewayPendingMax = gw, 100*time.Millisecond, 300*time.Millisecond
+		cfg.Gateway, cfg.ConfirmAfter, cfg.GatewayPendingMax = gw, 100*time.Millisecond, pendingMax
 	}
 	svc, err := lapse.New(cfg)
 	if err != nil {
@@ -150,6 +158,86 @@ func TestGatewayCheckWithStripe(t *testing.T) {
 	waitStatus(t, svc, "o-processing", order.Cancelled)
 	if fs.Count("GET /v1/payment_intents/pi_unpaid") < 2 {
 		t.Fatalf("no confirmation query after the cancel: %v", fs.Calls())
+	}
+	storetest.AuditOK(t, st)
+}
+
+// waitCalls waits until the fake Stripe served "METHOD path" at least n
+// times.
+func waitCalls(t *testing.T, fs *stripetest.Server, call string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.Count(call) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s served %d times in 10 s, want %d: %v", call, fs.Count(call), n, fs.Calls())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A buyer still in 3-D Secure at the deadline (requires_action) is waited
+// for, as a payment in progress: the order stays PAYING, its PaymentIntent
+// is not cancelled under the buyer, and once the buyer is through it pays
+// the order.
+func TestThreeDSecureAtTheDeadlineIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	svc, st := serviceWaiting(t, newGateway(t, fs.URL, stripe.Config{}), time.Minute)
+	fs.Set(stripetest.PaymentIntent{ID: "pi_3ds", Status: "requires_action", NextAction: "use_stripe_sdk", Amount: 1299})
+	fs.Set(stripetest.PaymentIntent{ID: "pi_confirm", Status: "requires_confirmation", NextAction: "redirect_to_url", Amount: 1299})
+	createPaying(t, svc, "o-3ds", "pi_3ds", time.Second)
+	createPaying(t, svc, "o-confirm", "pi_confirm", time.Second)
+	// Asked at the deadline, then again: still authenticating each time.
+	waitCalls(t, fs, "GET /v1/payment_intents/pi_3ds", 3)
+	waitCalls(t, fs, "GET /v1/payment_intents/pi_confirm", 3)
+	for _, c := range []struct{ id, pi, status string }{{"o-3ds", "pi_3ds", "requires_action"}, {"o-confirm", "pi_confirm", "requires_confirmation"}} {
+		if o := get(t, svc, c.id); o.Status != order.Paying {
+			t.Fatalf("%s: %s while the buyer authenticates", c.id, o.Status)
+		}
+		if s, n := fs.Status(c.pi), fs.Count("POST /v1/payment_intents/"+c.pi+"/cancel"); s != c.status || n != 0 {
+			t.Fatalf("%s: %s after %d cancels, while the buyer authenticates", c.pi, s, n)
+		}
+	}
+	fs.SetStatus("pi_3ds", "succeeded")
+	fs.SetStatus("pi_confirm", "succeeded")
+	for _, c := range []struct{ id, pi string }{{"o-3ds", "pi_3ds"}, {"o-confirm", "pi_confirm"}} {
+		if o := waitStatus(t, svc, c.id, order.Paid); o.PaymentID != c.pi {
+			t.Fatalf("%s paid by %q", c.id, o.PaymentID)
+		}
+	}
+	storetest.AuditOK(t, st)
+}
+
+// A PaymentIntent Stripe does not have, or one made for another order
+// (metadata.order_id), keeps no order PAYING for longer than
+// GatewayPendingMax: the order is then cancelled and its stock released,
+// and the other order's PaymentIntent is never cancelled on its behalf.
+func TestUnknownOrForeignPaymentIntentHoldsNoStock(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	svc, st := service(t, newGateway(t, fs.URL, stripe.Config{}))
+	fs.Set(stripetest.PaymentIntent{ID: "pi_foreign", Status: "requires_payment_method", Amount: 1299, Metadata: map[string]string{"order_id": "o-owner"}})
+	fs.Set(stripetest.PaymentIntent{ID: "pi_foreignpaid", Status: "requires_payment_method", Amount: 1299, Metadata: map[string]string{"order_id": "o-owner2"}})
+	fs.SetStatus("pi_foreignpaid", "succeeded")
+	createPaying(t, svc, "o-foreign", "pi_foreign", time.Second)
+	createPaying(t, svc, "o-foreignpaid", "pi_foreignpaid", time.Second)
+	createPaying(t, svc, "o-unknown", "pi_nosuch", time.Second)
+	for _, id := range []string{"o-foreign", "o-foreignpaid", "o-unknown"} {
+		if o := waitStatus(t, svc, id, order.Cancelled); o.RefundRequired {
+			t.Fatalf("%s: cancelled with refund_required: another order's payment was counted as its own", id)
+		}
+	}
+	for _, pi := range []string{"pi_foreign", "pi_foreignpaid"} {
+		if n := fs.Count("POST /v1/payment_intents/" + pi + "/cancel"); n != 0 {
+			t.Fatalf("another order's PaymentIntent %s cancelled %d times", pi, n)
+		}
+	}
+	if s := fs.Status("pi_foreign"); s != "requires_payment_method" {
+		t.Fatalf("pi_foreign: %s", s)
+	}
+	sku, err := svc.GetSKU(context.Background(), "sku")
+	if err != nil || sku.Available != 100 || sku.Locked != 0 || sku.Sold != 0 {
+		t.Fatalf("stock after the cancels: %+v, %v; want all 100 available", sku, err)
 	}
 	storetest.AuditOK(t, st)
 }
@@ -274,5 +362,65 @@ func TestWebhookThroughTheRoute(t *testing.T) {
 	paid2 := event("evt_paid2", "payment_intent.succeeded", "pi_two", "succeeded", 1299, "o-2")
 	if status, body := post(paid2, sign(paid2, testWebhookSecret, now)); status != 500 || errCode(body) != "not_applied" {
 		t.Fatalf("store down: %d %s", status, body)
+	}
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// An event over 1 MiB is refused for good (413 too_large) and logged at
+// WARN, without its body.
+func TestOversizedWebhookIsRefusedAndLogged(t *testing.T) {
+	t.Parallel()
+	svc, _ := service(t, nil)
+	n, err := stripe.NewNotifier(testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	api := httptest.NewServer(httpapi.New(svc, httpapi.Options{APIToken: "the-api-token-0123456789", Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
+	t.Cleanup(api.Close)
+	createPaying(t, svc, "o-1", "pi_one", time.Hour)
+	ev := event("evt_big", "payment_intent.succeeded", "pi_one", "succeeded", 1299, "o-1")
+	big := append(ev[:len(ev)-1:len(ev)-1], []byte(`,"pad":"`+strings.Repeat("PADDING", (1<<20)/7+1)+`"}`)...)
+	req, _ := http.NewRequest("POST", api.URL+"/v1/payments/notify/stripe", bytes.NewReader(big))
+	for k, v := range sign(big, testWebhookSecret, time.Now()) {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body struct{ Error struct{ Code string } }
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &body) != nil || body.Error.Code != "too_large" {
+		t.Fatalf("oversized: %d %s, want 413 too_large", resp.StatusCode, b)
+	}
+	if o := get(t, svc, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized event: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=stripe") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the event's body was logged")
 	}
 }

@@ -67,9 +67,11 @@ func (*Notifier) Name() string { return "stripe" }
 // Verify implements payment.Notifier: the Stripe-Signature header is checked
 // by stripe-go's webhook.ConstructEventWithOptions (Tolerance; an event of
 // another API version is accepted, since lapse reads only a PaymentIntent's
-// id, status, amount_received and metadata). The report's OrderID is the
+// id, status, amount_received, currency and metadata). The report's OrderID is the
 // PaymentIntent's metadata.order_id, "" without one (lapse then finds the
-// order by the PaymentIntent id); its CallbackID is the event id, so a
+// order by the PaymentIntent id): a PaymentIntent made for one order is
+// never reported as paying another; its Currency is the PaymentIntent's,
+// in upper case; its CallbackID is the event id, so a
 // redelivered event changes nothing.
 func (n *Notifier) Verify(_ context.Context, header http.Header, body []byte) ([]payment.Report, error) {
 	ev, err := webhook.ConstructEventWithOptions(body, header.Get("Stripe-Signature"), n.secret,
@@ -105,7 +107,7 @@ func (n *Notifier) Verify(_ context.Context, header http.Header, body []byte) ([
 		if pi.AmountReceived <= 0 {
 			return nil, fmt.Errorf("%w: event %s: payment_intent.succeeded with amount_received %d", ErrInvalidEvent, ev.ID, pi.AmountReceived)
 		}
-		rep.AmountCents = pi.AmountReceived
+		rep.AmountCents, rep.Currency = pi.AmountReceived, Currency(pi.Currency)
 	}
 	return []payment.Report{rep}, nil
 }

@@ -1,6 +1,7 @@
 package stripe_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,9 +60,9 @@ func TestVerify(t *testing.T) {
 		err    error
 	}{
 		{"succeeded, with metadata.order_id", event("evt_1", "payment_intent.succeeded", "pi_1", "succeeded", 1299, "o-1"), nil,
-			[]payment.Report{{OrderID: "o-1", PaymentID: "pi_1", Succeeded: true, AmountCents: 1299, CallbackID: "evt_1"}}, nil},
+			[]payment.Report{{OrderID: "o-1", PaymentID: "pi_1", Succeeded: true, AmountCents: 1299, Currency: "USD", CallbackID: "evt_1"}}, nil},
 		{"succeeded, without: found by payment id", event("evt_2", "payment_intent.succeeded", "pi_2", "succeeded", 500, ""), nil,
-			[]payment.Report{{PaymentID: "pi_2", Succeeded: true, AmountCents: 500, CallbackID: "evt_2"}}, nil},
+			[]payment.Report{{PaymentID: "pi_2", Succeeded: true, AmountCents: 500, Currency: "USD", CallbackID: "evt_2"}}, nil},
 		{"payment_failed", event("evt_3", "payment_intent.payment_failed", "pi_3", "requires_payment_method", 0, "o-3"), nil,
 			[]payment.Report{{OrderID: "o-3", PaymentID: "pi_3", CallbackID: "evt_3"}}, nil},
 		{"canceled", event("evt_4", "payment_intent.canceled", "pi_4", "canceled", 0, ""), nil,
@@ -98,6 +99,22 @@ func TestVerify(t *testing.T) {
 	}
 	if _, err := stripe.NewNotifier("sk_test_123"); err == nil || strings.Contains(err.Error(), "sk_test_123") {
 		t.Errorf("an API key as the webhook secret: %v", err)
+	}
+}
+
+// A payment_intent.succeeded event reports the PaymentIntent's currency
+// with its amount (upper case), so that lapse compares it with the order's.
+func TestVerifyCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	n, err := stripe.NewNotifier(testWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Replace(event("evt_jpy", "payment_intent.succeeded", "pi_jpy", "succeeded", 1299, "o-1"),
+		[]byte(`"currency":"usd"`), []byte(`"currency":"jpy"`), 1)
+	reps, err := n.Verify(context.Background(), sign(body, testWebhookSecret, time.Now()), body)
+	if err != nil || len(reps) != 1 || reps[0].Currency != "JPY" || reps[0].AmountCents != 1299 || !reps[0].Succeeded {
+		t.Fatalf("%+v, %v; want one success of 1299 JPY", reps, err)
 	}
 }
 

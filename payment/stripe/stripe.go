@@ -29,7 +29,10 @@ import (
 const DefaultAPIBase = "https://api.stripe.com"
 
 // Errors of the gateway. Each means "unknown" to lapse: it asks again later
-// and never cancels on them.
+// and never cancels on them — but for a PaymentIntent Stripe does not have
+// (404 resource_missing) or one made for another order, which also wrap
+// payment.ErrUnknownPayment: lapse waits for those at most
+// --gateway-pending-max, then cancels the order without touching them.
 var (
 	// ErrNeedsAttempt is returned by Query and Close, which name an order
 	// without a PaymentIntent: Stripe is asked about payment attempts only.
@@ -40,7 +43,7 @@ var (
 	// ErrUnexpected is returned, wrapped, for an answer lapse cannot read as
 	// a payment state: a status it does not map (requires_capture), a
 	// PaymentIntent other than the one asked for, one that names another
-	// order in metadata.order_id.
+	// order in metadata.order_id (also payment.ErrUnknownPayment).
 	ErrUnexpected = errors.New("stripe: unexpected answer")
 )
 
@@ -196,27 +199,38 @@ func (g *Gateway) QueryAttempt(ctx context.Context, orderID, paymentID string) (
 }
 
 // StateOf maps a PaymentIntent's status onto lapse's states: succeeded →
-// PAID (amount_received, the id); requires_payment_method,
-// requires_confirmation, requires_action → NOT_PAID; processing → PENDING;
-// canceled → CLOSED. Any other status (requires_capture: authorised, not
-// captured) is an error, never NOT_PAID.
+// PAID (amount_received in currency, the id); requires_payment_method, and
+// requires_confirmation without a next_action → NOT_PAID; requires_action,
+// requires_confirmation with a next_action (the buyer is in 3-D Secure or
+// another authentication step) and processing → PENDING, asked again up to
+// --gateway-pending-max rather than closed under the buyer; canceled →
+// CLOSED. Any other status (requires_capture: authorised, not captured) is
+// an error, never NOT_PAID.
 func StateOf(pi *stripego.PaymentIntent) (payment.Status, error) {
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		if pi.ID == "" || pi.AmountReceived < 0 {
 			return payment.Status{}, fmt.Errorf("%w: succeeded without an id or a valid amount_received", ErrUnexpected)
 		}
-		return payment.Status{State: payment.StatePaid, PaymentID: pi.ID, AmountCents: pi.AmountReceived}, nil
-	case stripego.PaymentIntentStatusRequiresPaymentMethod, stripego.PaymentIntentStatusRequiresConfirmation,
-		stripego.PaymentIntentStatusRequiresAction:
+		return payment.Status{State: payment.StatePaid, PaymentID: pi.ID, AmountCents: pi.AmountReceived, Currency: Currency(pi.Currency)}, nil
+	case stripego.PaymentIntentStatusRequiresConfirmation:
+		if pi.NextAction != nil {
+			return payment.Status{State: payment.StatePending}, nil
+		}
 		return payment.Status{State: payment.StateNotPaid}, nil
-	case stripego.PaymentIntentStatusProcessing:
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		return payment.Status{State: payment.StateNotPaid}, nil
+	case stripego.PaymentIntentStatusRequiresAction, stripego.PaymentIntentStatusProcessing:
 		return payment.Status{State: payment.StatePending}, nil
 	case stripego.PaymentIntentStatusCanceled:
 		return payment.Status{State: payment.StateClosed}, nil
 	}
 	return payment.Status{}, fmt.Errorf("%w: PaymentIntent status %q", ErrUnexpected, pi.Status)
 }
+
+// Currency is lapse's form of a Stripe currency: Stripe writes ISO 4217 in
+// lower case (usd), lapse in upper case (USD).
+func Currency(c stripego.Currency) string { return strings.ToUpper(string(c)) }
 
 // CloseAttempt implements payment.AttemptGateway. It retrieves the
 // PaymentIntent: succeeded → ErrAlreadyPaid; canceled → nil. Otherwise, if
@@ -321,13 +335,20 @@ func (g *Gateway) retrieve(ctx context.Context, orderID, paymentID string) (*str
 	}
 	pi, err := g.c.V1PaymentIntents.Retrieve(ctx, paymentID, &stripego.PaymentIntentRetrieveParams{})
 	if err != nil {
+		if se, ok := errors.AsType[*stripego.Error](err); ok && se.HTTPStatusCode == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing {
+			// Never "not paid" at once (a live key asked about a test
+			// id reads the same), but not retried forever either.
+			return nil, fmt.Errorf("retrieve: %w: %w", payment.ErrUnknownPayment, g.describe(err))
+		}
 		return nil, fmt.Errorf("retrieve: %w", g.describe(err))
 	}
 	if pi.ID != paymentID {
 		return nil, fmt.Errorf("%w: asked for PaymentIntent %s, got %q", ErrUnexpected, paymentID, pi.ID)
 	}
 	if o, ok := pi.Metadata["order_id"]; ok && o != orderID {
-		return nil, fmt.Errorf("%w: PaymentIntent %s is for order %q (metadata.order_id)", ErrUnexpected, paymentID, o)
+		// Another order's money: never reported as this order's, and
+		// never closed on its behalf.
+		return nil, fmt.Errorf("%w: %w: PaymentIntent %s is for order %q (metadata.order_id)", ErrUnexpected, payment.ErrUnknownPayment, paymentID, o)
 	}
 	return pi, nil
 }

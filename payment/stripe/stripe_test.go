@@ -44,14 +44,14 @@ func TestStateOf(t *testing.T) {
 		{"succeeded", payment.StatePaid},
 		{"requires_payment_method", payment.StateNotPaid},
 		{"requires_confirmation", payment.StateNotPaid},
-		{"requires_action", payment.StateNotPaid},
+		{"requires_action", payment.StatePending}, // the buyer in 3-D Secure: TestThreeDSecureIsPending
 		{"processing", payment.StatePending},
 		{"canceled", payment.StateClosed},
 		{"requires_capture", ""},
 		{"", ""},
 		{"something_new", ""},
 	} {
-		st, err := stripe.StateOf(&stripego.PaymentIntent{ID: "pi_1", Status: stripego.PaymentIntentStatus(c.status), Amount: 500, AmountReceived: 500})
+		st, err := stripe.StateOf(&stripego.PaymentIntent{ID: "pi_1", Status: stripego.PaymentIntentStatus(c.status), Amount: 500, AmountReceived: 500, Currency: "usd"})
 		if c.want == "" {
 			if err == nil || !errors.Is(err, stripe.ErrUnexpected) {
 				t.Errorf("%q: %+v, %v; want ErrUnexpected", c.status, st, err)
@@ -61,8 +61,8 @@ func TestStateOf(t *testing.T) {
 		if err != nil || st.State != c.want {
 			t.Errorf("%q: %+v, %v; want %s", c.status, st, err, c.want)
 		}
-		if c.want == payment.StatePaid && (st.PaymentID != "pi_1" || st.AmountCents != 500) {
-			t.Errorf("succeeded: %+v; want pi_1 paid 500", st)
+		if c.want == payment.StatePaid && (st.PaymentID != "pi_1" || st.AmountCents != 500 || st.Currency != "USD") {
+			t.Errorf("succeeded: %+v; want pi_1 paid 500 USD", st)
 		}
 	}
 }
@@ -81,10 +81,83 @@ func TestQueryAttemptOverTheWire(t *testing.T) {
 			fs.SetStatus(id, status)
 		}
 		st, err := g.QueryAttempt(ctx, "o-1", id)
-		want, wantErr := stripe.StateOf(&stripego.PaymentIntent{ID: id, Status: stripego.PaymentIntentStatus(status), AmountReceived: 1299})
+		want, wantErr := stripe.StateOf(&stripego.PaymentIntent{ID: id, Status: stripego.PaymentIntentStatus(status), AmountReceived: 1299, Currency: "usd"})
 		if (err != nil) != (wantErr != nil) || st != want {
 			t.Errorf("%s: %+v, %v; want %+v, %v", status, st, err, want, wantErr)
 		}
+	}
+}
+
+// A buyer in 3-D Secure (requires_action, or requires_confirmation with a
+// next_action) is a payment in progress: PENDING, asked again, never
+// NOT_PAID, which would close the PaymentIntent under the buyer.
+func TestThreeDSecureIsPending(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	g := newGateway(t, fs.URL, stripe.Config{})
+	ctx := context.Background()
+	for _, c := range []struct {
+		id, status, next string
+		want             payment.State
+	}{
+		{"pi_3ds", "requires_action", "use_stripe_sdk", payment.StatePending},
+		{"pi_redirect", "requires_action", "redirect_to_url", payment.StatePending},
+		{"pi_confirm_next", "requires_confirmation", "use_stripe_sdk", payment.StatePending},
+		{"pi_confirm", "requires_confirmation", "", payment.StateNotPaid},
+		{"pi_processing", "processing", "", payment.StatePending},
+	} {
+		fs.Set(stripetest.PaymentIntent{ID: c.id, Status: c.status, NextAction: c.next, Amount: 1299, Metadata: map[string]string{"order_id": "o-1"}})
+		st, err := g.QueryAttempt(ctx, "o-1", c.id)
+		if err != nil || st.State != c.want {
+			t.Errorf("%s (%s, next_action %q): %+v, %v; want %s", c.id, c.status, c.next, st, err, c.want)
+		}
+	}
+}
+
+// The PaymentIntent's currency comes with its amount, in upper case: a
+// JPY PaymentIntent cannot pay a USD order unnoticed.
+func TestQueryAttemptCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	g := newGateway(t, fs.URL, stripe.Config{})
+	for _, c := range []struct{ id, currency, want string }{{"pi_jpy", "jpy", "JPY"}, {"pi_usd", "usd", "USD"}, {"pi_eur", "eur", "EUR"}} {
+		fs.Set(stripetest.PaymentIntent{ID: c.id, Status: "requires_payment_method", Amount: 1299, Currency: c.currency})
+		fs.SetStatus(c.id, "succeeded")
+		st, err := g.QueryAttempt(context.Background(), "o-1", c.id)
+		if err != nil || st.State != payment.StatePaid || st.AmountCents != 1299 || st.Currency != c.want {
+			t.Errorf("%s: %+v, %v; want PAID 1299 %s", c.id, st, err, c.want)
+		}
+	}
+}
+
+// A PaymentIntent Stripe does not have (404 resource_missing) or one whose
+// metadata.order_id names another order is not this order's money: the
+// error says so (payment.ErrUnknownPayment), so that the deadline's check
+// stops waiting for it after --gateway-pending-max; an outage is not.
+func TestQueryAttemptUnknownOrForeignPayment(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	fs.Set(stripetest.PaymentIntent{ID: "pi_other", Status: "requires_payment_method", Amount: 1299, Metadata: map[string]string{"order_id": "o-other"}})
+	fs.SetStatus("pi_other", "succeeded")
+	fs.Set(stripetest.PaymentIntent{ID: "pi_down", Status: "requires_payment_method"})
+	fs.Fail("GET /v1/payment_intents/pi_down", 500)
+	g := newGateway(t, fs.URL, stripe.Config{})
+	ctx := context.Background()
+	for _, c := range []struct {
+		pid     string
+		unknown bool
+	}{{"pi_missing", true}, {"pi_other", true}, {"pi_down", false}} {
+		st, err := g.QueryAttempt(ctx, "o-1", c.pid)
+		if err == nil || errors.Is(err, payment.ErrUnknownPayment) != c.unknown {
+			t.Errorf("%s: %+v, %v; want an error, ErrUnknownPayment %v", c.pid, st, err, c.unknown)
+		}
+	}
+	// Closing another order's PaymentIntent is refused, and leaves it be.
+	if err := g.CloseAttempt(ctx, "o-1", "pi_other"); !errors.Is(err, payment.ErrUnknownPayment) {
+		t.Errorf("close another order's PaymentIntent: %v, want ErrUnknownPayment", err)
+	}
+	if n := fs.Count("POST /v1/payment_intents/pi_other/cancel"); n != 0 || fs.Status("pi_other") != "succeeded" {
+		t.Errorf("another order's PaymentIntent touched: %d cancels, %s", n, fs.Status("pi_other"))
 	}
 }
 

@@ -102,6 +102,9 @@ func signHeaders(h http.Header, key *rsa.PrivateKey, serial string, at time.Time
 type trade struct {
 	state string
 	cents int64
+	// currency is the order's amount.currency ("": CNY); the payer pays
+	// in CNY (payer_currency), as a cross-border buyer does.
+	currency string
 }
 
 // fakeWeChatPay plays WeChat Pay API v3 for query by out_trade_no and close,
@@ -164,7 +167,14 @@ func (f *fakeWeChatPay) Set(orderID, paymentID string, st gatewaytest.Trade, cen
 func (f *fakeWeChatPay) set(no, state string, cents int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.trades[no] = trade{state, cents}
+	f.trades[no] = trade{state, cents, ""}
+}
+
+// setPriced sets a paid trade whose amount.total is in currency.
+func (f *fakeWeChatPay) setPriced(no string, cents int64, currency string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trades[no] = trade{"SUCCESS", cents, currency}
 }
 
 func (f *fakeWeChatPay) trade(no string) trade {
@@ -300,7 +310,13 @@ func transaction(no string, tr trade) map[string]any {
 		tx["transaction_id"] = "4200000" + no
 		tx["bank_type"] = "CMC"
 		tx["success_time"] = "2026-06-08T10:34:56+08:00"
-		tx["amount"] = map[string]any{"total": tr.cents, "payer_total": tr.cents, "currency": "CNY", "payer_currency": "CNY"}
+		currency, payerTotal := tr.currency, tr.cents
+		if currency == "" {
+			currency = "CNY"
+		} else if currency != "CNY" {
+			payerTotal = tr.cents * 7 // the buyer's yuan: not the order's amount
+		}
+		tx["amount"] = map[string]any{"total": tr.cents, "payer_total": payerTotal, "currency": currency, "payer_currency": "CNY"}
 	}
 	return tx
 }
@@ -335,6 +351,6 @@ func (f *fakeWeChatPay) close(r *http.Request, no string, body []byte) answer {
 	case tr.state == "USERPAYING":
 		return answer{http.StatusAccepted, map[string]string{"code": "USER_PAYING", "message": "用户支付中，需要输入密码"}}
 	}
-	f.trades[no] = trade{"CLOSED", tr.cents}
+	f.trades[no] = trade{"CLOSED", tr.cents, tr.currency}
 	return answer{http.StatusNoContent, nil}
 }

@@ -80,7 +80,7 @@ type notification struct {
 // within the tolerance; the resource must decrypt (AEAD_AES_256_GCM under
 // the APIv3 key, which also authenticates it) into a transaction of our
 // merchant. trade_state SUCCESS reports the payment of out_trade_no
-// (amount.total, in fen); CLOSED, REVOKED and PAYERROR its failure; any
+// (amount.total, in the minor unit of amount.currency, CNY when absent); CLOSED, REVOKED and PAYERROR its failure; any
 // other state, or a resource that is not a transaction, nothing. The
 // report's CallbackID is the notification's id, the same on every delivery.
 func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]payment.Report, error) {
@@ -121,7 +121,7 @@ func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]paym
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
 		}
-		return []payment.Report{{PaymentID: tx.OutTradeNo, Succeeded: true, AmountCents: st.AmountCents, CallbackID: nt.ID}}, nil
+		return []payment.Report{{PaymentID: tx.OutTradeNo, Succeeded: true, AmountCents: st.AmountCents, Currency: st.Currency, CallbackID: nt.ID}}, nil
 	case stateClosed, stateRevoked, statePayError:
 		return []payment.Report{{PaymentID: tx.OutTradeNo, CallbackID: nt.ID}}, nil
 	}
@@ -148,12 +148,16 @@ func (n *Notifier) decrypt(ciphertext, nonce, associatedData string) ([]byte, er
 func (*Notifier) Acknowledge(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }
 
 // Refuse implements payment.Notifier: {"code":"FAIL","message":…}, 400 for
-// a notification that failed verification and 500 for one lapse could not
-// apply; WeChat Pay sends it again either way.
+// a notification that failed verification, 413 for one over lapse's size
+// limit (a *http.MaxBytesError: it will not fit the next time either) and
+// 500 for one lapse could not apply; WeChat Pay sends it again whatever
+// the answer, but only a 5xx says that lapse may take it later.
 func (*Notifier) Refuse(w http.ResponseWriter, err error) {
 	code, msg := http.StatusInternalServerError, "not applied; send it again"
 	if errors.Is(err, ErrInvalidNotification) {
 		code, msg = http.StatusBadRequest, "verification failed"
+	} else if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code, msg = http.StatusRequestEntityTooLarge, "notification too large"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

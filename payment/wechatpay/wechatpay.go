@@ -247,9 +247,24 @@ type Transaction struct {
 	TransactionID string `json:"transaction_id"`
 	TradeState    string `json:"trade_state"`
 	Amount        *struct {
-		Total *int64 `json:"total"`
+		// Total is the order's amount, in Currency (CNY when absent);
+		// payer_total and payer_currency, what the buyer paid in their
+		// own currency, are not the merchant's amount and are not read.
+		Total    *int64 `json:"total"`
+		Currency string `json:"currency"`
 	} `json:"amount"`
 }
+
+// Domestic is the currency of an amount that names none: yuan.
+const Domestic = "CNY"
+
+// AcceptsCurrency implements payment.CurrencyGateway: the adapter opens no
+// order itself and its Config names no currency, so lapse's orders are
+// taken in yuan only (a transaction's amount.currency is still read and
+// compared).
+func (g *Gateway) AcceptsCurrency(currency string) bool { return currency == Domestic }
+
+var _ payment.CurrencyGateway = (*Gateway)(nil)
 
 // Trade states.
 const (
@@ -311,7 +326,15 @@ func (tx Transaction) status() (payment.Status, error) {
 		if tx.Amount == nil || tx.Amount.Total == nil || *tx.Amount.Total < 0 {
 			return payment.Status{}, errors.New("SUCCESS without a valid amount.total")
 		}
-		return payment.Status{State: payment.StatePaid, PaymentID: tx.OutTradeNo, AmountCents: *tx.Amount.Total}, nil
+		currency := tx.Amount.Currency
+		if currency == "" {
+			currency = Domestic
+		}
+		if len(currency) != 3 || strings.IndexFunc(currency, func(r rune) bool { return (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') }) >= 0 {
+			return payment.Status{}, fmt.Errorf("amount.currency %q: want an ISO 4217 code", currency)
+		}
+		return payment.Status{State: payment.StatePaid, PaymentID: tx.OutTradeNo, AmountCents: *tx.Amount.Total,
+			Currency: strings.ToUpper(currency)}, nil
 	case stateNotPay:
 		return payment.Status{State: payment.StateNotPaid}, nil
 	case stateUserPaying:

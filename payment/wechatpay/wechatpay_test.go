@@ -1,6 +1,7 @@
 package wechatpay_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -10,8 +11,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +80,60 @@ func TestQueryDetails(t *testing.T) {
 	}
 }
 
+// A transaction's currency comes with its amount: amount.currency, the one
+// amount.total (the merchant's amount) is in — not payer_currency, the
+// buyer's yuan for a cross-border trade.
+func TestQueryCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	f, u := newFake(t)
+	gw := newGateway(t, u)
+	for no, c := range map[string]string{"p-cny": "", "p-usd": "USD", "p-jpy": "JPY"} {
+		f.setPriced(no, 1299, c)
+		want := c
+		if want == "" {
+			want = "CNY"
+		}
+		st, err := gw.QueryAttempt(context.Background(), "o", no)
+		if err != nil || st.State != payment.StatePaid || st.AmountCents != 1299 || st.Currency != want {
+			t.Errorf("%s: %+v, %v; want PAID 1299 %s", no, st, err, want)
+		}
+	}
+}
+
+// A payment notification carries the currency the same way.
+func TestNotificationCarriesTheCurrency(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ currency, want string }{{"", "CNY"}, {"USD", "USD"}, {"JPY", "JPY"}} {
+		body := notice{id: "n-" + c.want, no: "pay-1", state: "SUCCESS", cents: 1299, currency: c.currency}.body(t)
+		reps, err := n.Verify(context.Background(), headers(k.platform, platformSerial(), time.Now(), body), body)
+		if err != nil || len(reps) != 1 || reps[0].Currency != c.want || reps[0].AmountCents != 1299 {
+			t.Errorf("amount.currency %q: %+v, %v; want one report of 1299 %s", c.currency, reps, err, c.want)
+		}
+	}
+}
+
+// The adapter takes orders in yuan only (its Config names no other
+// currency): lapse refuses an order in another at create.
+func TestAcceptsOnlyCNY(t *testing.T) {
+	t.Parallel()
+	_, u := newFake(t)
+	var gw payment.Gateway = newGateway(t, u)
+	cg, ok := gw.(payment.CurrencyGateway)
+	if !ok {
+		t.Fatal("the WeChat Pay gateway is not a payment.CurrencyGateway")
+	}
+	for cur, want := range map[string]bool{"CNY": true, "USD": false, "JPY": false, "cny": false, "": false} {
+		if got := cg.AcceptsCurrency(cur); got != want {
+			t.Errorf("AcceptsCurrency(%q) = %v, want %v", cur, got, want)
+		}
+	}
+}
+
 func TestTimeExpire(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 31, 16, 30, 5, 999_000_000, time.UTC)
@@ -121,6 +178,7 @@ func TestKeyFiles(t *testing.T) {
 type notice struct {
 	id, no, state string
 	cents         int64
+	currency      string // amount.currency; "" is CNY
 	mchID         string
 	apiV3Key      []byte
 }
@@ -133,7 +191,7 @@ func (n notice) body(t *testing.T) []byte {
 	if n.apiV3Key == nil {
 		n.apiV3Key = keys().apiV3
 	}
-	tx := transaction(n.no, trade{n.state, n.cents})
+	tx := transaction(n.no, trade{n.state, n.cents, n.currency})
 	tx["mchid"] = n.mchID
 	plain, _ := json.Marshal(tx)
 	block, err := aes.NewCipher(n.apiV3Key)
@@ -280,4 +338,55 @@ func TestGatewayCheck(t *testing.T) {
 	}
 	f.set("pay-typing", "SUCCESS", 300)
 	l.WaitStatus(t, "typing", order.Paid, 20*time.Second)
+}
+
+// lockedBuffer is a log destination the test reads while lapse writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A notification over 1 MiB is refused for good — 413 with WeChat Pay's
+// {"code":"FAIL"} body, not 500, which WeChat Pay would send again — and
+// logged at WARN without its body.
+func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	k := keys()
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Notifiers: []payment.Notifier{n},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l.Paying(t, "o-1", "pay-o-1", 1299, time.Hour)
+	good := notice{id: "EV-big", no: "pay-o-1", state: "SUCCESS", cents: 1299}.body(t)
+	big := append(good[:len(good)-1:len(good)-1], []byte(`,"pad":"`+strings.Repeat("PADDING", (1<<20)/7+1)+`"}`)...)
+	r := l.Notify(t, "wechatpay", headers(k.platform, platformSerial(), time.Now(), big), big)
+	var body struct{ Code, Message string }
+	if r.Status != http.StatusRequestEntityTooLarge || json.Unmarshal(r.Body, &body) != nil || body.Code != "FAIL" || body.Message == "" {
+		t.Fatalf("oversized: %d %s, want 413 {\"code\":\"FAIL\",…}", r.Status, r.Body)
+	}
+	if o := l.Order(t, "o-1"); o.Status != order.Paying {
+		t.Fatalf("o-1 after an oversized notification: %s", o.Status)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "gateway=wechatpay") || !strings.Contains(got, "too large") {
+		t.Fatalf("no WARN line naming the gateway and the size:\n%s", got)
+	}
+	if strings.Contains(got, "PADDINGPADDING") {
+		t.Fatal("the notification's body was logged")
+	}
 }

@@ -25,7 +25,13 @@ type PaymentIntent struct {
 	Status         string // requires_payment_method, …, succeeded, canceled
 	Amount         int64
 	AmountReceived int64
-	Metadata       map[string]string
+	// Currency is Stripe's lower-case ISO code; "" answers "usd".
+	Currency string
+	// NextAction, when set, is the type of the next_action the
+	// PaymentIntent answers with (use_stripe_sdk, redirect_to_url: a
+	// buyer in 3-D Secure).
+	NextAction string
+	Metadata   map[string]string
 }
 
 // Server is a running fake Stripe.
@@ -81,6 +87,9 @@ func (s *Server) SetStatus(id, status string) {
 	defer s.mu.Unlock()
 	pi := s.pis[id]
 	pi.Status = status
+	if status != "requires_action" && status != "requires_confirmation" {
+		pi.NextAction = ""
+	}
 	if status == "succeeded" {
 		pi.AmountReceived = pi.Amount
 	}
@@ -314,9 +323,17 @@ func (s *Server) expire(w http.ResponseWriter, id string) {
 }
 
 func piJSON(pi *PaymentIntent) map[string]any {
+	currency := pi.Currency
+	if currency == "" {
+		currency = "usd"
+	}
+	var next any
+	if pi.NextAction != "" {
+		next = map[string]any{"type": pi.NextAction}
+	}
 	return map[string]any{"id": pi.ID, "object": "payment_intent", "amount": pi.Amount, "amount_received": pi.AmountReceived,
-		"currency": "usd", "status": pi.Status, "metadata": pi.Metadata, "livemode": false,
-		"client_secret": pi.ID + "_secret_test"}
+		"currency": currency, "status": pi.Status, "metadata": pi.Metadata, "livemode": false,
+		"client_secret": pi.ID + "_secret_test", "next_action": next}
 }
 
 func sessionJSON(ss *session) map[string]any {
