@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/inventory/inventorytest"
 	"github.com/lapsehq/lapse/inventory/reference"
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -307,5 +312,45 @@ func TestInventoryReserveGivenUpDeadReleasesItsStock(t *testing.T) {
 	}
 	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: "d1", Items: tee, AmountCents: 100}); !errors.Is(err, lapse.ErrReservationReleased) {
 		t.Fatalf("a create of d1 after its reserve was given up: %v, want ErrReservationReleased", err)
+	}
+}
+
+// A release answered 301 (an http:// inventory URL behind a proxy that
+// redirects to https://) is not followed: the task is retried with the
+// status as its error, never DONE on what the redirect's target answers.
+func TestRemoteStockReleaseAnsweredRedirectIsNeverDone(t *testing.T) {
+	ctx := context.Background()
+	var followed atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/moved/", func(w http.ResponseWriter, r *http.Request) { followed.Add(1); w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/moved"+r.URL.Path, http.StatusMovedPermanently)
+	})
+	inv := httptest.NewServer(mux)
+	t.Cleanup(inv.Close)
+	c := inventory.NewHTTPClient(inv.URL, inventory.WithTimeout(2*time.Second))
+	t.Cleanup(func() { c.Close() })
+	svc, _ := newRemoteService(t, c, false)
+	start(t, svc)
+	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: "m1", Items: tee, AmountCents: 100, ReservationID: "r-m1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Cancel(ctx, "m1"); err != nil {
+		t.Fatal(err)
+	}
+	var release order.StockTask
+	eventually(t, "the release sent three times", func() bool {
+		o, err := svc.Get(ctx, "m1")
+		if err != nil || len(o.Tasks) != 1 {
+			return false
+		}
+		release = o.Tasks[0]
+		return release.Status == order.TaskDone || release.Attempts >= 3
+	})
+	if release.Status != order.TaskPending || !strings.Contains(release.LastError, "301") {
+		t.Fatalf("release task %+v: want it PENDING, its error naming the 301", release)
+	}
+	if n := followed.Load(); n != 0 {
+		t.Fatalf("the redirect was followed %d times", n)
 	}
 }
