@@ -5,7 +5,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lapsehq/lapse/internal/sameorigin"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -17,15 +16,6 @@ import (
 // (package internal/sameorigin, shared with the reference inventory): a
 // body that is not declared JSON, a Host that is not the address lapse was
 // reached at (a rebound name), and an Origin that is not lapse's own.
-
-// requireJSON refuses a body not declared application/json (a charset
-// parameter other than UTF-8 included: JSON is UTF-8).
-func requireJSON(r *http.Request) error {
-	if e := sameorigin.RequireJSON(r); e != nil {
-		return &apiError{Status: e.Status, Code: e.Code, Message: e.Message}
-	}
-	return nil
-}
 
 // hasBody reports whether r carries a body (or may: -1 is a chunked one).
 func hasBody(r *http.Request) bool { return r.ContentLength != 0 }
@@ -41,21 +31,6 @@ func (s *server) sameOrigin(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// originGuard is the guard of the API without a token: the address lapse
-// was reached at, or localhost at that port when it is a loopback one.
-var originGuard = sameorigin.Guard{Hint: "without an API token lapse answers only requests addressed to its listen address or localhost, from no other site's page; set --api-token to be reached otherwise"}
-
-// checkOrigin accepts a Host that is the address the request arrived at
-// (net/http's LocalAddrContextKey: the listen address, with the port the
-// listener really has) or localhost at that port when that address is a
-// loopback one, and an Origin, if any, of the same scheme, host and port.
-func checkOrigin(r *http.Request) error {
-	if e := originGuard.Check(r); e != nil {
-		return &apiError{Status: e.Status, Code: e.Code, Message: e.Message}
-	}
-	return nil
 }
 
 // Text that reaches the store must be UTF-8 without NUL: PostgreSQL refuses
