@@ -40,7 +40,9 @@ var (
 
 // CreateOrderRequest is an order to place.
 type CreateOrderRequest struct {
-	// ID is the order id; empty makes a time-ordered UUID.
+	// ID is the order id; empty makes a time-ordered UUID (with
+	// Config.InventoryReserve and an IdempotencyKey, a UUID derived from the
+	// key and the request, so that its retries reserve the stock once).
 	ID    string
 	Items []order.Item
 	// AmountCents is what the buyer pays, in the currency's minor unit.
@@ -74,7 +76,7 @@ func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (Create
 	}
 	var res store.CreateOrderResult
 	if s.cfg.InventoryReserve {
-		res, err = s.createReserving(ctx, p)
+		res, err = s.createReserving(ctx, p, r.ID == "" && r.IdempotencyKey != "")
 	} else {
 		res, err = s.store.CreateOrder(ctx, p)
 	}
@@ -173,13 +175,30 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 	}{r.ID, r.Items, p.AmountCents, p.Currency, p.Timeout, r.ReservationID})
 	sum := sha256.Sum256(b)
 	p.RequestHash = hex.EncodeToString(sum[:])
-	if p.ID == "" {
+	switch {
+	case p.ID == "" && s.cfg.InventoryReserve && p.IdempotencyKey != "":
+		// The reservation is named by the order id: a retry of this
+		// request must find the reserve of the first try, not make another.
+		p.ID = keyedOrderID(p.IdempotencyKey, p.RequestHash)
+	case p.ID == "":
 		p.ID = uuid.Must(uuid.NewV7()).String()
 	}
 	if s.cfg.InventoryReserve {
 		p.ReservationID = p.ID // the reserve's idempotency at the inventory
 	}
 	return p, nil
+}
+
+// keyedNamespace is the UUID namespace of keyedOrderID.
+var keyedNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/lapsehq/lapse#idempotency-key"))
+
+// keyedOrderID is the id of an order created without one under an
+// idempotency key when lapse reserves its stock (--inventory-reserve): a
+// name-based UUID of the key and the request, so that every try of one
+// request — concurrent ones, and retries after an answer was lost — names
+// the same reservation, and a different request under the same key does not.
+func keyedOrderID(key, requestHash string) string {
+	return uuid.NewSHA1(keyedNamespace, []byte(key+"\n"+requestHash)).String()
 }
 
 func validSKU(field, sku string) error {

@@ -2,8 +2,11 @@ package lapse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/order"
@@ -25,12 +28,24 @@ import (
 //
 // Stock the inventory may hold is therefore always known to lapse: by an
 // order, or by a release task that gives it back.
-func (s *Service) createReserving(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+//
+// keyed says p.ID was derived from the idempotency key (the client sent
+// none): retries of the request land on the same reserve.
+func (s *Service) createReserving(ctx context.Context, p store.CreateOrderParams, keyed bool) (store.CreateOrderResult, error) {
 	lease := s.cfg.Tasks.Lease
 	if lease <= 0 {
 		lease = 30 * time.Second
 	}
 	st, err := s.store.BeginReserve(ctx, p, lease)
+	if keyed && (errors.Is(err, store.ErrReservationReleased) || errors.Is(err, store.ErrInsufficientStock)) {
+		// The id derived from the key names a reservation an earlier try
+		// lost (given back, or refused): this try reserves afresh under
+		// an id of its own. Should another try have made the key's order
+		// meanwhile, CreateReserved gives this reservation back.
+		p.ID = uuid.Must(uuid.NewV7()).String()
+		p.ReservationID = p.ID
+		st, err = s.store.BeginReserve(ctx, p, lease)
+	}
 	if err != nil {
 		return store.CreateOrderResult{}, err
 	}

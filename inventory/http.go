@@ -29,8 +29,9 @@ func WithTimeout(d time.Duration) HTTPOption {
 	}
 }
 
-// WithHTTPClient sends the commands with hc (its transport, proxies, TLS
-// settings). Defaults to a client of its own; nil leaves the default.
+// WithHTTPClient sends the commands with a copy of hc (its transport,
+// proxies, TLS settings) that follows no redirect. Defaults to a client of
+// its own; nil leaves the default.
 func WithHTTPClient(hc *http.Client) HTTPOption {
 	return func(c *httpClient) {
 		if hc != nil {
@@ -66,7 +67,8 @@ type httpClient struct {
 //   - 408 and 429: an error (the inventory asks to be tried again later).
 //   - Any other 4xx: Rejected, the reason the error code of the body
 //     {"error": {"code"}}, or "http_<status>" without one.
-//   - 5xx, any other status, a timeout, a connection refused or closed
+//   - 5xx, a 3xx (redirects are not followed, also with WithHTTPClient's
+//     client), any other status, a timeout, a connection refused or closed
 //     without an answer: an error — the outcome is unknown, send again.
 //
 // A command that fails Command.Validate is not sent: Send returns an error.
@@ -77,7 +79,14 @@ func NewHTTPClient(baseURL string, opts ...HTTPOption) Client {
 	}
 	if c.hc == nil {
 		c.hc, c.own = &http.Client{}, true
+	} else {
+		hc := *c.hc // the caller's client is left as it is
+		c.hc = &hc
 	}
+	// A redirect is never followed (as the webhook sink does): net/http
+	// would re-issue a POST as a GET, and the target's 2xx would read as
+	// a command applied though none was. A 3xx is an unknown outcome.
+	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return c
 }
 
@@ -150,6 +159,8 @@ func answerOf(cmd Command, status int, body []byte) (Answer, error) {
 			code = fmt.Sprintf("http_%d", status)
 		}
 		ans.Result, ans.Reason = Rejected, code
+	case status >= 300 && status < 400:
+		return Answer{}, fmt.Errorf("inventory: http: %s %s: status %d (redirects are not followed: give --inventory the URL the inventory answers at)", cmd.Action, cmd.ReservationID, status)
 	default:
 		return Answer{}, fmt.Errorf("inventory: http: %s %s: status %d %s", cmd.Action, cmd.ReservationID, status, code)
 	}

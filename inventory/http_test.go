@@ -184,3 +184,54 @@ func TestInventoryHTTPUnknownOutcomes(t *testing.T) {
 		t.Fatal("to a closed port: want an error")
 	}
 }
+
+// redirector answers every command 301 to /moved, where a handler answers
+// 200 to anything — what an http:// URL behind a proxy that redirects to
+// https:// looks like to a client that follows redirects.
+func redirector(t *testing.T) (srv *httptest.Server, moved *int) {
+	t.Helper()
+	var mu sync.Mutex
+	n := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	mux.HandleFunc("/reservations/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/moved", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("/reservations", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/moved", http.StatusMovedPermanently)
+	})
+	srv = httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// A redirect is never followed: a release answered 301 is no answer (the
+// command was not applied), whatever the redirect's target answers, and
+// also with a client of the caller's that would follow it.
+func TestInventoryHTTPRedirectIsAnErrorNotFollowed(t *testing.T) {
+	srv, moved := redirector(t)
+	for name, c := range map[string]inventory.Client{
+		"own client":      inventory.NewHTTPClient(srv.URL),
+		"caller's client": inventory.NewHTTPClient(srv.URL, inventory.WithHTTPClient(&http.Client{})),
+	} {
+		for _, cmd := range []inventory.Command{
+			{TaskID: "t1", Action: inventory.Release, ReservationID: "r1", OrderID: "o1"},
+			{TaskID: "t2", Action: inventory.Confirm, ReservationID: "r1", OrderID: "o1"},
+			{TaskID: "t3", Action: inventory.Reserve, ReservationID: "r1", OrderID: "o1", Items: []inventory.Item{{SKU: "tee", Qty: 1}}},
+		} {
+			a, err := c.Send(context.Background(), cmd)
+			if err == nil || !strings.Contains(err.Error(), "301") {
+				t.Errorf("%s: %s answered 301: %+v, %v; want an error naming the status", name, cmd.Action, a, err)
+			}
+		}
+		c.Close()
+	}
+	if *moved != 0 {
+		t.Errorf("the redirect was followed %d times", *moved)
+	}
+}

@@ -28,6 +28,8 @@ func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error
 	fs := newFlagSet("inventory", stderr)
 	listen := fs.String("listen", "127.0.0.1:8091", "address of the inventory's HTTP API; a loopback one unless --allow-public")
 	allowPublic := fs.Bool("allow-public", false, "let --listen name a non-loopback address: anyone who reaches it can set stock and flip the fault switches")
+	var allowHosts listFlag
+	fs.Var(&allowHosts, "allow-host", "a name the HTTP API may be addressed by (the Host header: name, or name:port) beside its address and localhost; repeatable. Other names are refused (DNS rebinding)")
 	storeURL := fs.String("store", "sqlite://inventory.db", "the inventory's own store: sqlite://path, sqlite://:memory: or postgres://… (tables prefixed inv_)")
 	fs.commandLineOnly("store") // LAPSE_STORE is lapse serve's store
 	amqpURL := fs.String("amqp", "", "also take commands from this RabbitMQ broker (amqp://user:password@host:5672/vhost; ?prefix=NAME names the exchange and queues, as lapse serve's --inventory, default lapse.stock)")
@@ -55,8 +57,9 @@ func runInventory(ctx context.Context, args []string, _, stderr io.Writer) error
 	defer st.Close()
 
 	srv := reference.NewServer(st, reference.Config{
-		Faults: reference.Faults{Fail: *fail, DelayMS: delay.Milliseconds(), DropAnswers: *drop, Reject: *reject},
-		Logger: logger,
+		Faults:       reference.Faults{Fail: *fail, DelayMS: delay.Milliseconds(), DropAnswers: *drop, Reject: *reject},
+		Logger:       logger,
+		AllowedHosts: allowHosts,
 	})
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

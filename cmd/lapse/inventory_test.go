@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,9 @@ func (p *inventoryProc) call(method, path, body string) (int, string) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
@@ -109,7 +113,7 @@ func TestInventoryCommand(t *testing.T) {
 	p.stop()
 
 	// The inventory comes back with its store: the reserve is a duplicate.
-	p = startInventory(t, "--store", storeURL)
+	p = startInventory(t, "--store", storeURL, "--allow-host", "inv.test")
 	c2 := inventory.NewHTTPClient(p.url)
 	defer c2.Close()
 	if ans, err := c2.Send(context.Background(), reserve); err != nil || ans.Result != inventory.AlreadyDone {
@@ -117,6 +121,27 @@ func TestInventoryCommand(t *testing.T) {
 	}
 	if status, body := p.call("GET", "/skus/tee", ""); status != 200 || body != `{"sku":"tee","available":1,"reserved":2,"sold":0}`+"\n" {
 		t.Fatalf("GET /skus/tee: %d %s", status, body)
+	}
+	// Its API answers the names it is given, and refuses others (a name
+	// re-pointed at it) and what a page of another site sends.
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(p.url, "http://"))
+	for _, c := range []struct {
+		host, contentType string
+		want              int
+	}{{"inv.test:" + port, "application/json", 200}, {"evil.test:" + port, "application/json", 403}, {"", "text/plain", 415}} {
+		req, _ := http.NewRequest("POST", p.url+"/faults", strings.NewReader(`{"fail": true}`))
+		req.Header.Set("Content-Type", c.contentType)
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("POST /faults with Host %q, %s: %d, want %d", c.host, c.contentType, resp.StatusCode, c.want)
+		}
 	}
 	p.stop()
 }

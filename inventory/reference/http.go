@@ -15,6 +15,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/lapsehq/lapse/internal/sameorigin"
 	"github.com/lapsehq/lapse/inventory"
 )
 
@@ -96,7 +97,9 @@ type commands struct {
 //	     409 already_done when that action was applied before;
 //	     422 released, confirmed or unknown_reservation when it cannot be.
 //
-// Every command takes an Idempotency-Key header (lapse's task id), recorded
+// A body must be declared Content-Type: application/json (415
+// unsupported_media_type otherwise). Every command takes an
+// Idempotency-Key header (lapse's task id), recorded
 // in the ledger. A reserve without a reservation_id gets one derived from
 // the key, so its retries land on the same reservation, or a random one
 // without a key. Bad input is 400 and applies nothing; a failure of a
@@ -141,8 +144,16 @@ func randomHex(n int) string {
 }
 
 // decode reads a JSON body into v; an empty body leaves v as it is when
-// emptyOK.
+// emptyOK. A body, or a Content-Type, that is not declared JSON is refused
+// (415): a page of another site can make a browser send text/plain, form
+// and multipart bodies without asking first, never JSON.
 func decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
+	if !emptyOK || r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+		if e := sameorigin.RequireJSON(r); e != nil {
+			writeError(w, e.Status, e.Code, e.Message)
+			return false
+		}
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidJSON, "body unreadable or larger than 1 MiB")

@@ -56,6 +56,9 @@ func (a *api) try(method, path, key, body string) (int, []byte, error) {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err

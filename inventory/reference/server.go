@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/lapsehq/lapse/internal/sameorigin"
 )
 
 // Config configures a Server.
@@ -17,6 +19,11 @@ type Config struct {
 	Faults Faults
 	// Logger receives failures and switch changes. Defaults to slog.Default().
 	Logger *slog.Logger
+	// AllowedHosts are names the API may be addressed by (the Host
+	// header) beside its address and localhost: "name" at any port,
+	// "name:port" at that port. Every other name is refused, as a
+	// re-pointed one would be (DNS rebinding; see Server).
+	AllowedHosts []string
 }
 
 // Server is the reference inventory over HTTP: CommandHandler's routes on
@@ -33,6 +40,13 @@ type Config struct {
 // Stop and Start again make the inventory go away and come back on the same
 // address and store. The AMQP transport takes Applier, so the switches act
 // on both.
+//
+// The API has no authentication, so it refuses what a web page of another
+// site can make a browser send, as lapse's own API does without a token
+// (package internal/sameorigin): 403 foreign_origin for a Host that is not
+// the address it was reached at, localhost or one of Config.AllowedHosts
+// (a name re-pointed at it), or an Origin other than its own; 415
+// unsupported_media_type for a body, or a Content-Type, that is not JSON.
 type Server struct {
 	store   *Store
 	faulty  *Faulty
@@ -51,8 +65,23 @@ func NewServer(st *Store, cfg Config) *Server {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{store: st, faulty: NewFaulty(st, cfg.Faults), logger: cfg.Logger}
-	s.handler = s.routes()
+	s.handler = s.sameOrigin(sameorigin.Guard{Hosts: cfg.AllowedHosts,
+		Hint: "the reference inventory answers only requests addressed to its listen address, localhost or a name given with --allow-host, from no other site's page"},
+		s.routes())
 	return s
+}
+
+// sameOrigin refuses, before any route, a request whose Host or Origin
+// names another site.
+func (s *Server) sameOrigin(g sameorigin.Guard, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := g.Check(r); e != nil {
+			s.logger.Warn("inventory: request from another origin refused", "host", r.Host, "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+			writeError(w, e.Status, e.Code, e.Message)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP implements http.Handler: the whole API.

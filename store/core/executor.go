@@ -66,7 +66,8 @@ type Executor interface {
 	// ClaimKey takes an idempotency key for orderID. claimed=false: another
 	// request holds it (a concurrent holder is waited for first).
 	ClaimKey(ctx context.Context, k Key, now time.Time) (claimed bool, err error)
-	// KeyOwner reads the request hash and order id a key was taken for.
+	// KeyOwner reads the request hash and order id a key was taken for;
+	// store.ErrNotFound when no order took it.
 	KeyOwner(ctx context.Context, key string) (hash, orderID string, err error)
 	// InsertOrder writes a new PENDING order and its items;
 	// store.ErrOrderExists if the id is taken.

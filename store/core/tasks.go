@@ -46,9 +46,10 @@ func (s *Store) SettleTasks(ctx context.Context, outcomes []store.TaskOutcome) e
 			return err
 		}
 		for _, o := range outcomes {
-			if o.Action == order.TaskReserve && o.Done {
-				// A reserve the dispatcher resolved: the order may never
-				// have been created, and then its stock goes back.
+			if o.Action == order.TaskReserve && (o.Done || o.Dead) {
+				// A reserve the dispatcher resolved or gave up: the order
+				// may never have been created, and then its stock (if an
+				// earlier copy of the reserve was applied) goes back.
 				if err := s.compensateIn(ctx, tx, o); err != nil {
 					return fmt.Errorf("settle reserve task %s: %w", o.ID, err)
 				}

@@ -262,6 +262,9 @@ func (e executor) ClaimKey(ctx context.Context, k core.Key, now time.Time) (bool
 // KeyOwner implements core.Executor.
 func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID string, err error) {
 	err = e.db.QueryRowContext(ctx, q.Get("idempotency_get"), key).Scan(&hash, &orderID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", store.ErrNotFound
+	}
 	return hash, orderID, err
 }
 

@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,10 @@ func exerciseReserve(t *testing.T, newStore Factory) {
 	t.Run("reserving: a refused reserve leaves no order, and a retry is refused", func(t *testing.T) { testReserveRefused(t, newStore) })
 	t.Run("reserving: a reserve resolved without its order gives the stock back", func(t *testing.T) { testReserveCompensated(t, newStore) })
 	t.Run("reserving: a create retried while a dispatcher holds the reserve takes it over", func(t *testing.T) { testReserveTakenOver(t, newStore) })
+	t.Run("reserving: a create whose idempotency key an order took reserves nothing", func(t *testing.T) { testReserveKeyTaken(t, newStore) })
+	t.Run("reserving: a replay of another order gives the create's own reservation back", func(t *testing.T) { testReserveReplayReleases(t, newStore) })
+	t.Run("reserving: a reserve that goes DEAD gives its stock back", func(t *testing.T) { testReserveDeadReleases(t, newStore) })
+	t.Run("reserving: creates of one id sent at once share one reserve", func(t *testing.T) { testReserveConcurrent(t, newStore) })
 }
 
 func reserveParams(id string) store.CreateOrderParams {
@@ -159,6 +165,125 @@ func testReserveTakenOver(t *testing.T, newStore Factory) {
 		t.Fatalf("tasks %+v: want the reserve DONE, no release", tasks)
 	}
 	AuditOK(t, s)
+}
+
+// keyedReserve is reserveParams(id) sent with idempotency key "key-"+key.
+func keyedReserve(id, key string) store.CreateOrderParams {
+	p := reserveParams(id)
+	p.IdempotencyKey, p.RequestHash = "key-"+key, "hash-"+key
+	return p
+}
+
+func testReserveKeyTaken(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	first, err := s.BeginReserve(ctx, keyedReserve("rk1", "k"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateReserved(ctx, keyedReserve("rk1", "k"), first.Task, "REPLENISH_SUCCESS"); err != nil {
+		t.Fatal(err)
+	}
+	// The same request under another order id (a retry that made its id
+	// afresh): the key answers it, nothing is reserved for it.
+	again, err := s.BeginReserve(ctx, keyedReserve("rk2", "k"), time.Minute)
+	if err != nil || !again.Exists {
+		t.Fatalf("begin reserve of a taken key: %+v, %v; want Exists", again, err)
+	}
+	if tasks := tasksOf(t, s, "rk2"); len(tasks) != 0 {
+		t.Fatalf("tasks of rk2 %+v: want none, the key's order holds the stock", tasks)
+	}
+	AuditOK(t, s)
+}
+
+func testReserveReplayReleases(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	// Two tries of one create, each with an id of its own, reserve before
+	// either takes the key: the one that comes second is a replay of the
+	// first's order, and its reservation is nobody's.
+	late, err := s.BeginReserve(ctx, keyedReserve("rr2", "r"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won, err := s.BeginReserve(ctx, keyedReserve("rr1", "r"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateReserved(ctx, keyedReserve("rr1", "r"), won.Task, "REPLENISH_SUCCESS"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CreateReserved(ctx, keyedReserve("rr2", "r"), late.Task, "REPLENISH_SUCCESS")
+	if err != nil || !res.Replayed || res.Order.ID != "rr1" {
+		t.Fatalf("create reserved of the second try: %+v, %v; want a replay of rr1", res, err)
+	}
+	tasks := tasksOf(t, s, "rr2")
+	if tasks[order.TaskReserve].Status != order.TaskDone || tasks[order.TaskRelease].Status != order.TaskPending ||
+		tasks[order.TaskRelease].ReservationID != "rr2" {
+		t.Fatalf("tasks of rr2 %+v: want its reserve DONE and a release giving its stock back", tasks)
+	}
+	if tasks := tasksOf(t, s, "rr1"); len(tasks) != 1 || tasks[order.TaskReserve].Status != order.TaskDone {
+		t.Fatalf("tasks of rr1 %+v: want its reserve DONE, no release", tasks)
+	}
+	AuditOK(t, s)
+}
+
+func testReserveDeadReleases(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	st := beginReserve(t, s, "rd1")
+	settleTasks(t, s, store.TaskOutcome{ID: st.Task.ID, Attempts: st.Task.Attempts, Error: "timeout",
+		Action: order.TaskReserve, OrderID: "rd1", ReservationID: "rd1"})
+	got := claimTasks(t, s, 10, time.Minute)
+	if len(got) != 1 || got[0].Action != order.TaskReserve {
+		t.Fatalf("claimed %v, want the reserve", taskNames(got))
+	}
+	// The dispatcher gives up: an earlier copy of the reserve may have been
+	// applied, so the stock is given back.
+	settleTasks(t, s, store.TaskOutcome{ID: got[0].ID, Attempts: got[0].Attempts, Error: "connection refused", Dead: true,
+		Action: order.TaskReserve, OrderID: "rd1", ReservationID: "rd1"})
+	tasks := tasksOf(t, s, "rd1")
+	if tasks[order.TaskReserve].Status != order.TaskDead || tasks[order.TaskRelease].Status != order.TaskPending ||
+		tasks[order.TaskRelease].ReservationID != "rd1" || len(tasks[order.TaskRelease].Items) != 1 {
+		t.Fatalf("tasks %+v: want the reserve DEAD and a release giving its stock back", tasks)
+	}
+	if _, err := s.BeginReserve(ctx, reserveParams("rd1"), time.Minute); !errors.Is(err, store.ErrReservationReleased) {
+		t.Fatalf("begin reserve after the release: %v, want ErrReservationReleased", err)
+	}
+	// A failure short of DEAD writes nothing more.
+	st2 := beginReserve(t, s, "rd2")
+	settleTasks(t, s, store.TaskOutcome{ID: st2.Task.ID, Attempts: st2.Task.Attempts, Error: "timeout",
+		Action: order.TaskReserve, OrderID: "rd2", ReservationID: "rd2"})
+	if tasks := tasksOf(t, s, "rd2"); len(tasks) != 1 {
+		t.Fatalf("tasks %+v: want the reserve only", tasks)
+	}
+}
+
+func testReserveConcurrent(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	for round := range 20 {
+		id := fmt.Sprintf("rc%d", round)
+		var wg sync.WaitGroup
+		starts := make([]store.ReserveStart, 2)
+		errs := make([]error, 2)
+		for i := range starts {
+			wg.Go(func() { starts[i], errs[i] = s.BeginReserve(ctx, reserveParams(id), time.Minute) })
+		}
+		wg.Wait()
+		for i := range starts {
+			if errs[i] != nil || starts[i].Exists || starts[i].Task.ReservationID != id {
+				t.Fatalf("round %d: begin reserve %d of 2 at once: %+v, %v; want the reserve", round, i, starts[i], errs[i])
+			}
+		}
+		if starts[0].Task.ID != starts[1].Task.ID {
+			t.Fatalf("round %d: two reserve tasks %s and %s for one reservation", round, starts[0].Task.ID, starts[1].Task.ID)
+		}
+	}
 }
 
 func testOrderOfPayment(t *testing.T, newStore Factory) {
