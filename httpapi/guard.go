@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/store"
