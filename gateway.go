@@ -176,7 +176,7 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 		}
 		// Asked about the order as a whole, the gateway would answer the
 		// same again: that trade is paid (and flagged), nothing is open.
-		return c.cancelConfirmed(ctx, id, retry)
+		return c.cancelConfirmed(ctx, id, retry, "")
 	case payment.StatePending:
 		if ch.pendingSince.IsZero() {
 			ch.pendingSince = time.Now()
@@ -186,11 +186,11 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 		}
 		s.log.Warn("payment still in progress at the gateway after the maximum wait: closing the trade", "order_id", id,
 			"waited", time.Since(ch.pendingSince).Round(time.Second))
-		return c.closeAndCancel(ctx, id, ans.closeOpen, retry)
+		return c.closeAndCancel(ctx, id, ans.closeOpen, retry, "")
 	case payment.StateNotPaid:
-		return c.closeAndCancel(ctx, id, ans.closeOpen, retry)
+		return c.closeAndCancel(ctx, id, ans.closeOpen, retry, "")
 	case payment.StateClosed:
-		return c.cancelConfirmed(ctx, id, retry)
+		return c.cancelConfirmed(ctx, id, retry, "")
 	}
 	s.log.Warn("gateway answered an unknown state; asking again later", "order_id", id, "state", st.State)
 	return retry, true
@@ -217,10 +217,12 @@ func (c *checker) unknownPayment(ctx context.Context, id string, ch *check, st p
 	}
 	s.log.Warn("cancelling the order: its payment attempt is still unknown to the gateway (or another order's) after the maximum wait; that attempt is not closed at the gateway",
 		"order_id", id, "payment_ids", unknown, "waited", time.Since(ch.pendingSince).Round(time.Second), "reason", "payment_unknown")
-	return c.closeAndCancel(ctx, id, closeOpen, retry)
+	return c.closeAndCancel(ctx, id, closeOpen, retry, "payment_unknown")
 }
 
-func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(context.Context) error, retry time.Duration) (time.Duration, bool) {
+// closeAndCancel closes what the check found open, then cancels the order
+// (why, when set, says in the order.cancelled event why it was cancelled).
+func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(context.Context) error, retry time.Duration, why string) (time.Duration, bool) {
 	s := c.s
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
 	err := closeOpen(cctx)
@@ -234,12 +236,12 @@ func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(
 		s.log.Warn("closing the trade failed; not cancelling, trying again later", "order_id", id, "retry_in", retry, "err", err)
 		return retry, true
 	}
-	return c.cancelConfirmed(ctx, id, retry)
+	return c.cancelConfirmed(ctx, id, retry, why)
 }
 
 // cancelConfirmed cancels an order whose trade the gateway confirmed closed.
-func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Duration) (time.Duration, bool) {
-	res, err := c.s.cancelBatch(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true})
+func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Duration, why string) (time.Duration, bool) {
+	res, err := c.s.cancelBatch(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true, Why: why})
 	if err != nil {
 		return retry, true
 	}

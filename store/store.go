@@ -284,6 +284,10 @@ type CancelDueParams struct {
 	// and unpaid: PAYING orders (and attempted PENDING ones) past cancel_after
 	// are cancelled too. Only with IDs.
 	Confirmed bool
+	// Why, when set, says why the orders were cancelled beyond their
+	// cancel_reason (payment_unknown: the gateway never knew the attempt);
+	// their order.cancelled events carry it as cancel_detail.
+	Why string
 }
 
 // Cancelled is one order a batch cancelled.

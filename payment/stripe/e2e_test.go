@@ -226,6 +226,26 @@ func TestUnknownOrForeignPaymentIntentHoldsNoStock(t *testing.T) {
 		if o := waitStatus(t, svc, id, order.Cancelled); o.RefundRequired {
 			t.Fatalf("%s: cancelled with refund_required: another order's payment was counted as its own", id)
 		}
+		// The event says why.
+		evs, err := st.OrderEvents(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var why string
+		for _, e := range evs {
+			if e.Type == order.EventCancelled {
+				var p struct {
+					CancelDetail string `json:"cancel_detail"`
+				}
+				if err := json.Unmarshal(e.Payload, &p); err != nil {
+					t.Fatal(err)
+				}
+				why = p.CancelDetail
+			}
+		}
+		if why != "payment_unknown" {
+			t.Fatalf("%s: order.cancelled says cancel_detail %q, want payment_unknown", id, why)
+		}
 	}
 	for _, pi := range []string{"pi_foreign", "pi_foreignpaid"} {
 		if n := fs.Count("POST /v1/payment_intents/" + pi + "/cancel"); n != 0 {

@@ -26,22 +26,39 @@ func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, t
 	if err != nil {
 		return err
 	}
+	return writeEffects(ctx, tx, e)
+}
+
+// writeEffects writes e now.
+func writeEffects(ctx context.Context, tx *Tx, e Effects) error {
 	if err := tx.WriteEffects(ctx, e); err != nil {
-		return fmt.Errorf("write %s effects (stock %s): %w", typ, cmpOr(string(move), "unchanged"), err)
+		return fmt.Errorf("write %s effects (stock %s): %w", e.Type, cmpOr(string(e.Move), "unchanged"), err)
 	}
 	return nil
 }
 
 // effectsAtCommit is effects for a transaction's last write: a driver that
 // can (EffectsCommitter) sends them with the COMMIT, in one round trip; any
-// other writes them now. The caller runs no statement after it.
-func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ string, os ...order.Order) error {
-	if _, ok := tx.ExecutorTx.(EffectsCommitter); !ok || len(os) == 0 {
-		return s.effects(ctx, tx, now, move, typ, os...)
+// other writes them now. The caller runs no statement after it. why, when
+// set, goes into each event as cancel_detail.
+func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ, why string, os ...order.Order) error {
+	if len(os) == 0 {
+		return nil
 	}
 	e, err := NewEffects(now, move, typ, os...)
 	if err != nil {
 		return err
+	}
+	if why != "" {
+		detail, _ := json.Marshal(why)
+		for i, ev := range e.Events {
+			// The payload is a JSON object: one more member before its end.
+			p := append(ev.Payload[:len(ev.Payload)-1:len(ev.Payload)-1], `,"cancel_detail":`...)
+			e.Events[i].Payload = append(append(p, detail...), '}')
+		}
+	}
+	if _, ok := tx.ExecutorTx.(EffectsCommitter); !ok {
+		return writeEffects(ctx, tx, e)
 	}
 	tx.atCommit = &e
 	return nil
@@ -61,7 +78,8 @@ func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.
 	refund, err := json.Marshal(struct {
 		PaymentID   string `json:"payment_id"`
 		AmountCents int64  `json:"amount_cents"`
-	}{p.PaymentID, p.AmountCents})
+		Currency    string `json:"currency"`
+	}{p.PaymentID, p.AmountCents, cmpOr(p.Currency, o.Currency)})
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", order.EventRefundRequired, err)
 	}

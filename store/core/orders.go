@@ -452,7 +452,7 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 				return err
 			}
 		}
-		return s.effectsAtCommit(ctx, tx, now, MoveRelease, order.EventCancelled, done...)
+		return s.effectsAtCommit(ctx, tx, now, MoveRelease, order.EventCancelled, p.Why, done...)
 	})
 	if err != nil {
 		if len(p.IDs) == 0 {
