@@ -91,6 +91,9 @@
 // holds a timer that arrives before its due time by up to Lead + Base,
 // unacknowledged, and hands it over at its due time by this process's
 // clock (counted in Stats.Held); none is ever delivered before its Due.
+// A timer held when its channel is lost is dropped from the process: the
+// broker delivers it again on the new channel, and that copy is the one
+// handed over.
 //
 // The lead is there because the broker is late under load. At 1,000 timers
 // a second with lapse and PostgreSQL on the same 2 cores, dead-lettering
