@@ -192,6 +192,16 @@
 // after which it forgets what it knew); timers of an earlier process lost in
 // a purge are left to the fallback sweep.
 //
+// # Deployments
+//
+// Two deployments (two stores) whose instances share a Prefix take each
+// other's timers: each instance skips the orders its store does not know,
+// and their deployment cancels them late, through its sweep. Claim fences a
+// prefix: the first deployment to claim it is recorded in
+// <prefix>.deployment, and a claim by another is refused (lapse serve claims
+// with its store's identity, and so refuses to start on a prefix another
+// deployment uses).
+//
 // # Operations
 //
 // Base, Levels and QueueType are baked into the queues' arguments: an
