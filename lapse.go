@@ -248,6 +248,9 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 	relay   *outbox.Relay
+	// relayStopped holds why the relay stopped for good, while Run runs
+	// on: Ready reports it.
+	relayStopped atomic.Pointer[error]
 	// dispatch sends stock tasks to Config.Inventory; nil when lapse holds
 	// the stock itself.
 	dispatch *inventory.Dispatcher
@@ -327,7 +330,8 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := s.relay.Run(ctx); err != nil {
-			s.log.Error("outbox relay stopped", "err", err)
+			s.relayStopped.Store(&err)
+			s.log.Error("outbox relay stopped: no event reaches any sink until lapse restarts; /readyz answers not ready", "err", err)
 		}
 	})
 	if s.dispatch != nil {

@@ -524,8 +524,11 @@ func (s *server) getSKU(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
-	if err := s.svc.Store().Ping(r.Context()); err != nil {
+	if err := s.svc.Ready(r.Context()); err != nil {
 		s.log.Warn("not ready", "err", err)
+		if errors.Is(err, lapse.ErrRelayStopped) {
+			return &apiError{http.StatusServiceUnavailable, "not_ready", "the outbox relay stopped: no event reaches any sink until lapse restarts (the server log says why)"}
+		}
 		return &apiError{http.StatusServiceUnavailable, "not_ready", "the store or the timer backend does not answer (the server log says which)"}
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -71,6 +71,12 @@ func URL(u string) string {
 	return out.String()
 }
 
+// SecretParam reports whether a query parameter of this name (raw or
+// percent-encoded) is one URL hides: its name says its value is a
+// credential. Code that derives something shown from a URL's query (a sink's
+// name) leaves these parameters out.
+func SecretParam(name string) bool { return secretKey(name) }
+
 // secretKey reports whether a query parameter's name says its value is a
 // credential: pgx's password and sslpassword, a gateway's token or
 // client_secret, an api_key.

@@ -135,6 +135,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return err
 		}
 	}
+	if err := claimTimers(ctx, openedTimers, st); err != nil {
+		return err
+	}
 	cfg.Store = st
 	if openedTimers.ping != nil {
 		cfg.Store = readyStore{Store: st, timers: openedTimers.ping}

@@ -93,6 +93,9 @@ func (f *sinkFlags) open(ctx context.Context, logger *slog.Logger) (sinks []outb
 	if err != nil {
 		return nil, nil, fmt.Errorf("--event-format: %w", err)
 	}
+	if err := f.checkNames(); err != nil {
+		return nil, nil, err
+	}
 	var closers []io.Closer
 	close = func() {
 		for _, c := range closers {
@@ -144,6 +147,46 @@ func (f *sinkFlags) openOne(ctx context.Context, spec string, format outbox.Form
 		return natssink.New(ctx, cfg)
 	}
 	return nil, errors.New("unsupported: want log, https://…, amqp://…, kafka://… or nats://…")
+}
+
+// checkNames refuses two --sink values that name one sink, before any is
+// opened (a broker that is down would otherwise hold the refusal back). A
+// sink's name is its progress in the store: two sinks of one name would
+// share it, each event reaching only one of them, and the relay refuses
+// them (outbox.Relay.Run). The message names the flags by position (their
+// URLs may hold secrets) and the name, which holds none.
+func (f *sinkFlags) checkNames() error {
+	first := map[string]int{}
+	for i, spec := range f.specs() {
+		name, err := sinkName(spec)
+		if err != nil {
+			continue // open says what is wrong with it
+		}
+		if j, ok := first[name]; ok {
+			return fmt.Errorf("--sink #%d and --sink #%d are one sink, %s: each sink keeps its progress under its name, so give each destination once "+
+				"(URLs that differ only in a secret query parameter, or in connection parameters, are one destination)", j+1, i+1, name)
+		}
+		first[name] = i
+	}
+	return nil
+}
+
+// sinkName is the name the sink of spec has (openOne's), without opening it.
+func sinkName(spec string) (string, error) {
+	scheme, _, _ := strings.Cut(spec, "://")
+	switch {
+	case spec == "log":
+		return outbox.LogSink{}.Name(), nil
+	case scheme == "https" || scheme == "http":
+		return webhook.SinkName(spec)
+	case scheme == "amqp" || scheme == "amqps":
+		return rabbitmq.SinkName(spec)
+	case scheme == "kafka":
+		return kafka.SinkName(spec)
+	case scheme == "nats":
+		return natssink.SinkName(spec)
+	}
+	return "", errors.New("unsupported")
 }
 
 func sinkNames(sinks []outbox.Sink) []string {

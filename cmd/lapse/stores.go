@@ -99,6 +99,30 @@ type openedTimers struct {
 	// ping checks that a backend outside the process answers, for
 	// readiness; nil when there is none beyond the store.
 	ping func(context.Context) error
+	// claim fences a backend shared between deployments by the
+	// deployment's identity (claimTimers); nil when it needs none.
+	claim func(ctx context.Context, deployment string) error
+}
+
+// claimTimers fences the timer backend by deployment, once the store is
+// open and migrated: RabbitMQ timers record the store's identity at their
+// prefix, and a second deployment on the same prefix is refused here, at
+// start, instead of taking the first one's timers.
+func claimTimers(ctx context.Context, opened openedTimers, st store.Store) error {
+	id, ok := st.(store.Identified)
+	if opened.claim == nil || !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	deployment, err := id.Identity(ctx)
+	if err != nil {
+		return fmt.Errorf("--timers: the deployment's identity: %w", err)
+	}
+	if err := opened.claim(ctx, deployment); err != nil {
+		return fmt.Errorf("--timers: %w", err)
+	}
+	return nil
 }
 
 // checkTimers says what is wrong with a --timers value itself, without
@@ -173,7 +197,7 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 			return opened, fmt.Errorf("--timers: %w", err)
 		}
 		cfg.Scheduler = s
-		opened.close, opened.ping = s.Close, s.Ping
+		opened.close, opened.ping, opened.claim = s.Close, s.Ping, s.Claim
 	default:
 		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec))
 	}

@@ -101,7 +101,7 @@ func deleteAMQPTimers(t *testing.T, broker, prefix string, levels int) {
 			t.Errorf("delete exchange %s: %v", name, err)
 		}
 	}
-	for _, q := range []string{".ready", ".seeded", ".seed-lock"} {
+	for _, q := range []string{".ready", ".seeded", ".seed-lock", ".deployment", ".deployment-lock"} {
 		if _, err := ch.QueueDelete(prefix+q, false, false, false); err != nil {
 			t.Errorf("delete queue %s: %v", prefix+q, err)
 		}

@@ -229,6 +229,18 @@ func validTopic(t string) error {
 	return nil
 }
 
+// SinkName is the Name of the sink a --sink kafka:// URL makes, without
+// connecting: for checking, before opening anything, that two configured
+// sinks are not one (URLs that differ only in client parameters name one
+// topic, so one sink).
+func SinkName(rawURL string) (string, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return "", err
+	}
+	return cfg.name(), nil
+}
+
 // name is the sink's Name: its brokers (sorted, so their order in the URL
 // does not matter) and topic, never the credentials.
 func (c Config) name() string {

@@ -233,6 +233,18 @@ func StreamName(prefix string) string {
 	}, strings.ToUpper(prefix))
 }
 
+// SinkName is the Name of the sink a --sink nats:// URL makes, without
+// connecting: for checking, before opening anything, that two configured
+// sinks are not one (URLs that differ only in parameters publish to one
+// subject prefix, so one sink).
+func SinkName(rawURL string) (string, error) {
+	cfg, err := ParseURL(rawURL)
+	if err != nil {
+		return "", err
+	}
+	return cfg.name(), nil
+}
+
 // name is the sink's Name: servers (sorted) and prefix, no credentials.
 func (c Config) name() string {
 	servers := slices.Clone(c.Servers)

@@ -106,6 +106,15 @@ func New(ctx context.Context, rawURL string, format outbox.Format, logger *slog.
 // vhost path-escaped ("/" is %2F), without user or password.
 func (s *Sink) Name() string { return s.name }
 
+// SinkName is the Name of the sink New would make of rawURL, without
+// connecting: for checking, before opening anything, that two configured
+// sinks are not one (URLs that differ only in connection parameters such
+// as heartbeat name one exchange, so one sink).
+func SinkName(rawURL string) (string, error) {
+	_, _, name, err := parseURL(rawURL)
+	return name, err
+}
+
 // Policy implements outbox.PolicySink: an event refused (unroutable or
 // nacked) ten times, or for 72 hours, is dead.
 func (s *Sink) Policy() outbox.Policy { return policy }

@@ -49,20 +49,24 @@
 // except to a loopback address (or with Config.Insecure), since the body is
 // order data and the signature only authenticates it. Secrets, the URL's
 // user info and its query string (which may hold a token) appear in no
-// error and not in Name; neither do response bodies, which may echo the
-// URL.
+// error and not in Name (which holds a digest of the query's non-secret
+// parameters, see Sink.Name); neither do response bodies, which may echo
+// the URL.
 package webhook
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +76,7 @@ import (
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/redact"
 )
 
 // Defaults of the Config fields left zero.
@@ -131,6 +136,7 @@ type Config struct {
 type Sink struct {
 	target      string // the URL requests go to, query included
 	display     string // scheme://host/path: what errors and Name show
+	query       string // the digest of the query that Name shows (queryDigest)
 	signers     []*standardwebhooks.Webhook
 	client      *http.Client
 	ownClient   bool // the transport is ours to close
@@ -172,7 +178,7 @@ func New(cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("webhook %s: concurrency %d: want a positive number", display, cfg.Concurrency)
 	}
 	s := &Sink{
-		target: u.String(), display: display, signers: signers, format: format,
+		target: u.String(), display: display, query: queryDigest(u.RawQuery), signers: signers, format: format,
 		policy:      outbox.Policy{MaxAge: cmp.Or(cfg.MaxAge, DefaultMaxAge)},
 		timeout:     cmp.Or(cfg.Timeout, DefaultTimeout),
 		concurrency: cmp.Or(cfg.Concurrency, DefaultConcurrency),
@@ -192,9 +198,53 @@ func New(cfg Config) (*Sink, error) {
 }
 
 // Name implements outbox.Sink: "webhook:" and the URL without its query
-// string or user info, so that changing a token in the query keeps the
-// sink's progress and the name shows no secret.
-func (s *Sink) Name() string { return "webhook:" + s.display }
+// string or user info, then, when the query has parameters that are not
+// secrets (see queryDigest), "?query-sha256=" and a digest of them. Two
+// endpoints that differ only in such a parameter (?tenant=a, ?tenant=b) are
+// two sinks, each with its own progress; changing a token in the query keeps
+// the sink's progress; and the name, which is logged, stored and a metrics
+// label, shows no part of the query.
+func (s *Sink) Name() string {
+	if s.query == "" {
+		return "webhook:" + s.display
+	}
+	return "webhook:" + s.display + "?query-sha256=" + s.query
+}
+
+// SinkName is the Name of the sink New would make of rawURL, without making
+// it: for checking, before opening anything, that two configured sinks are
+// not one. It checks only what the name needs.
+func SinkName(rawURL string) (string, error) {
+	u, display, err := parseURL(rawURL, true)
+	if err != nil {
+		return "", err
+	}
+	s := Sink{display: display, query: queryDigest(u.RawQuery)}
+	return s.Name(), nil
+}
+
+// queryDigest is the first 16 hex digits of the SHA-256 of a query's
+// parameters, secret ones (redact.SecretParam: token, key, signature, …)
+// and empty ones left out, the rest sorted (their order does not make
+// another endpoint); "" when none is left. The digest, never the query,
+// goes into the name: a parameter redact does not know for a secret may
+// still be one.
+func queryDigest(rawQuery string) string {
+	var kept []string
+	for p := range strings.SplitSeq(rawQuery, "&") {
+		name, _, _ := strings.Cut(p, "=")
+		if p == "" || redact.SecretParam(name) {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if len(kept) == 0 {
+		return ""
+	}
+	slices.Sort(kept)
+	sum := sha256.Sum256([]byte(strings.Join(kept, "&")))
+	return hex.EncodeToString(sum[:8])
+}
 
 // Policy implements outbox.PolicySink: refusals are retried for MaxAge.
 func (s *Sink) Policy() outbox.Policy { return s.policy }

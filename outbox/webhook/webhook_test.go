@@ -586,6 +586,43 @@ func TestNameAndPolicy(t *testing.T) {
 	}
 }
 
+// A webhook's name keeps a digest of its query's non-secret parameters:
+// endpoints that differ only in one are two sinks; a secret parameter
+// (rotated without losing progress) is left out; the order of parameters
+// does not matter; no part of the query shows.
+func TestNameKeepsADigestOfTheQuery(t *testing.T) {
+	name := func(u string) string {
+		t.Helper()
+		s := newSink(t, webhook.Config{URL: u, Secrets: []string{newSecret(t)}})
+		got, err := webhook.SinkName(u)
+		if err != nil || got != s.Name() {
+			t.Fatalf("SinkName(%s) = %q, %v; want the sink's Name %q", u, got, err, s.Name())
+		}
+		return s.Name()
+	}
+	base := "https://hooks.example.com/in"
+	a, b := name(base+"?tenant=a&v=2"), name(base+"?tenant=b&v=2")
+	if a == b {
+		t.Errorf("?tenant=a and ?tenant=b: one name %q, want two", a)
+	}
+	for _, n := range []string{a, b} {
+		if !strings.HasPrefix(n, "webhook:"+base+"?query-sha256=") || strings.Contains(n, "tenant") {
+			t.Errorf("name %q: want the URL without its query, then a digest of it", n)
+		}
+	}
+	if got := name(base + "?v=2&tenant=a"); got != a {
+		t.Errorf("the same parameters in another order: %q, want %q", got, a)
+	}
+	if got := name(base + "?tenant=a&v=2&token=s3cret"); got != a {
+		t.Errorf("with a secret parameter added: %q, want %q (secrets are left out)", got, a)
+	}
+	for _, u := range []string{base + "?token=one", base + "?api_key=two&", base + "?"} {
+		if got := name(u); got != "webhook:"+base {
+			t.Errorf("%s: name %q, want %q (no parameter but secrets)", u, got, "webhook:"+base)
+		}
+	}
+}
+
 func TestReadSecrets(t *testing.T) {
 	a, b, c := newSecret(t), newSecret(t), newSecret(t)
 	dir := t.TempDir()

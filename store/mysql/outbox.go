@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/sqlrows"
@@ -56,14 +57,25 @@ func (e executor) FanOut(ctx context.Context, limit int, now time.Time) (int64, 
 }
 
 // ClaimDeliveries implements core.Executor: lock the heads (SKIP LOCKED),
-// lease them, read them back with their events (no RETURNING).
+// drop the candidates a fresh read finds behind another event of their
+// order (see claim_select), lease the rest, read them back with their
+// events (no RETURNING).
 func (e executor) ClaimDeliveries(ctx context.Context, sink string, limit int, now, leaseUntil time.Time) ([]store.Delivery, error) {
-	seqs, err := sqlrows.Collect(ctx, e.db, q.Get("claim_select"), []any{sink, now, limit}, func(r *sql.Rows) (int64, error) {
+	scanSeq := func(r *sql.Rows) (int64, error) {
 		var seq int64
 		return seq, r.Scan(&seq)
-	})
+	}
+	seqs, err := sqlrows.Collect(ctx, e.db, q.Get("claim_select"), []any{sink, now, limit}, scanSeq)
 	if err != nil || len(seqs) == 0 {
 		return nil, err
+	}
+	behind, err := sqlrows.Collect(ctx, e.db, each(q.Get("claim_behind"), len(seqs)), args([]any{sink}, seqs), scanSeq)
+	if err != nil {
+		return nil, err
+	}
+	seqs = slices.DeleteFunc(seqs, func(seq int64) bool { return slices.Contains(behind, seq) })
+	if len(seqs) == 0 {
+		return nil, nil
 	}
 	if _, err := e.db.ExecContext(ctx, each(q.Get("claim_lease"), len(seqs)), args([]any{leaseUntil, sink}, seqs)...); err != nil {
 		return nil, err

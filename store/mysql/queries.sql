@@ -324,9 +324,14 @@ WHERE o.seq IN (/*each*/?);
 UPDATE outbox SET fanned_out = TRUE WHERE seq IN (/*each*/?);
 
 -- name: claim_select
--- Params: sink, now, limit. The first pending seq of each order only (NOT
--- EXISTS, a plain read: FOR UPDATE does not reach into the subquery), rows
--- other claims hold skipped: one event of an order in flight per sink.
+-- Params: sink, now, limit. The candidates: the first pending seq of each
+-- order, rows other claims hold skipped. Only candidates: the NOT EXISTS is
+-- a plain read (FOR UPDATE does not reach into the subquery) on a snapshot
+-- InnoDB takes at its first evaluation, while the locking read of d sees
+-- rows committed after it. A fan-out committing two events of one order
+-- during this statement has both read here and neither found behind the
+-- other; claim_behind then drops the second (TestConformance's "claims
+-- racing fan-outs").
 SELECT d.seq FROM outbox_deliveries d
 WHERE d.sink = ? AND NOT d.dead AND d.next_at <= ?
   AND NOT EXISTS (
@@ -334,6 +339,20 @@ WHERE d.sink = ? AND NOT d.dead AND d.next_at <= ?
       WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
 ORDER BY d.seq LIMIT ?
 FOR UPDATE SKIP LOCKED;
+
+-- name: claim_behind
+-- Params: sink, the candidates of claim_select, which this transaction
+-- holds. Those that are not their order's head: a statement of its own, so
+-- a snapshot taken after the candidates were read. A lower seq of the same
+-- order is fanned out no later than a higher one (the fan-out takes events
+-- in seq order, and one order's events are committed one after the other),
+-- so any lower delivery committed when a candidate was read is seen here
+-- unless it was delivered since.
+SELECT d.seq FROM outbox_deliveries d
+WHERE d.sink = ? AND d.seq IN (/*each*/?)
+  AND EXISTS (
+      SELECT 1 FROM outbox_deliveries p
+      WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq);
 
 -- name: claim_lease
 -- Params: lease until, sink, the sequence numbers.

@@ -19,6 +19,7 @@ import (
 func exerciseOutbox(t *testing.T, newStore Factory) {
 	t.Run("outbox: each sink gets every event, one per order at a time, in order", func(t *testing.T) { testOutboxHeads(t, newStore) })
 	t.Run("outbox: concurrent relays never hold two events of one order and never reorder", func(t *testing.T) { testOutboxConcurrentRelays(t, newStore) })
+	t.Run("outbox: claims racing fan-outs of new events never hold two events of one order", func(t *testing.T) { testOutboxClaimsRacingFanOuts(t, newStore) })
 	t.Run("outbox: an expired lease is claimed again and the stale claim cannot settle", func(t *testing.T) { testOutboxLease(t, newStore) })
 	t.Run("outbox: refusals back off, dead events wait for a retry and block only their order", func(t *testing.T) { testOutboxDead(t, newStore) })
 	t.Run("outbox: retention deletes published events only", func(t *testing.T) { testOutboxRetention(t, newStore) })
@@ -222,6 +223,166 @@ func testOutboxConcurrentRelays(t *testing.T, newStore Factory) {
 	}
 	if left, err := s.UnpublishedEvents(ctx, 10); err != nil || len(left) != 0 {
 		t.Fatalf("after delivering everything, %d unpublished (%v)", len(left), err)
+	}
+}
+
+// testOutboxClaimsRacingFanOuts is a stress test of the per-order rule
+// while events are being written and fanned out: writers commit orders of
+// three events each (created, cancelled by the buyer, then a late payment's
+// refund_required) as fast as they can, while relays of one sink claim
+// (each claim fans out first, so one relay's fan-out commits while another
+// relay's claim reads) and settle. No two events of one order may ever be
+// claimed at the same time — in one claim or in two — and each order's
+// events are delivered in seq order. A delivery counts as in flight from
+// the return of its claim to the call of its settle: inside the time it
+// truly holds the order, so an overlap seen here is a real one.
+func testOutboxClaimsRacingFanOuts(t *testing.T, newStore Factory) {
+	s := newStore(t, clock.NewFake(t0))
+	ctx := context.Background()
+	const (
+		writers, relays = 4, 6
+		perWriter       = 60 // orders
+		perOrder        = 3  // events
+		parkedOrders    = 200
+	)
+	// A parked backlog that every claim walks past, as a sink with dead
+	// events has: orders whose first event is dead, their later events
+	// blocked behind it (each one a head check).
+	if err := s.RegisterSinks(ctx, []string{"s"}); err != nil {
+		t.Fatal(err)
+	}
+	Stock(t, s, writers*perWriter+parkedOrders, "a")
+	for i := range parkedOrders {
+		id := fmt.Sprintf("parked%03d", i)
+		Create(t, s, id, "a")
+		into(t, s, id, order.Cancelled)
+	}
+	for {
+		ds := claim(t, s, "s", 1000)
+		if len(ds) == 0 {
+			break
+		}
+		parked := make([]store.Outcome, len(ds))
+		for i, d := range ds {
+			parked[i] = store.Outcome{Seq: d.Seq, Attempts: d.Attempts, Error: "gone", Refused: true, Dead: true}
+		}
+		if err := s.SettleEvents(ctx, "s", parked); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		mu       sync.Mutex
+		inFlight = map[string]int64{} // order → seq claimed
+		got      = map[string][]int64{}
+		total    int
+		failure  error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if failure == nil {
+			failure = err
+		}
+		mu.Unlock()
+	}
+	stopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return failure != nil
+	}
+	var wrote sync.WaitGroup
+	for w := range writers {
+		wrote.Go(func() {
+			for i := range perWriter {
+				if stopped() {
+					return
+				}
+				id := fmt.Sprintf("w%d-%03d", w, i)
+				if _, err := s.CreateOrder(ctx, store.CreateOrderParams{
+					ID: id, Items: []order.Item{{SKU: "a", Qty: 1}}, AmountCents: 1000, Currency: "EUR", Timeout: timeout, Grace: grace,
+				}); err != nil {
+					fail(fmt.Errorf("create %s: %w", id, err))
+					return
+				}
+				if _, err := s.CancelOrder(ctx, id); err != nil {
+					fail(fmt.Errorf("cancel %s: %w", id, err))
+					return
+				}
+				if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: id, PaymentID: "late-" + id, AmountCents: 1000}); err != nil {
+					fail(fmt.Errorf("late payment of %s: %w", id, err))
+					return
+				}
+			}
+		})
+	}
+	writing := make(chan struct{})
+	go func() { wrote.Wait(); close(writing) }()
+
+	const want = writers * perWriter * perOrder
+	var relayed sync.WaitGroup
+	for r := range relays {
+		relayed.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(r), 23))
+			for !stopped() {
+				ds, err := s.ClaimEvents(ctx, store.ClaimEventsParams{Sink: "s", Limit: 1 + rnd.IntN(8), Lease: time.Hour})
+				if err != nil {
+					fail(err)
+					return
+				}
+				if len(ds) == 0 {
+					select {
+					case <-writing:
+						mu.Lock()
+						done := total == want
+						mu.Unlock()
+						if done {
+							return
+						}
+					default:
+					}
+					time.Sleep(time.Millisecond) // others hold the rest; poll again
+					continue
+				}
+				mu.Lock()
+				for _, d := range ds {
+					if other, ok := inFlight[d.OrderID]; ok {
+						mu.Unlock()
+						fail(fmt.Errorf("order %s: seq %d claimed while seq %d is in flight", d.OrderID, d.Seq, other))
+						return
+					}
+					inFlight[d.OrderID] = d.Seq
+				}
+				outcomes := make([]store.Outcome, 0, len(ds))
+				for _, d := range ds {
+					delete(inFlight, d.OrderID)
+					if rnd.IntN(5) == 0 { // a transport failure: due again at once
+						outcomes = append(outcomes, store.Outcome{Seq: d.Seq, Attempts: d.Attempts, Error: "down"})
+						continue
+					}
+					got[d.OrderID] = append(got[d.OrderID], d.Seq)
+					total++
+					outcomes = append(outcomes, store.Outcome{Seq: d.Seq, Attempts: d.Attempts, Delivered: true})
+				}
+				mu.Unlock()
+				if err := s.SettleEvents(ctx, "s", outcomes); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	relayed.Wait()
+	wrote.Wait()
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	if total != want {
+		t.Fatalf("%d events delivered, want %d", total, want)
+	}
+	for id, seqs := range got {
+		if len(seqs) != perOrder || !slices.IsSorted(seqs) {
+			t.Errorf("order %s: delivered seqs %v, want %d in order", id, seqs, perOrder)
+		}
 	}
 }
 

@@ -91,6 +91,9 @@
 // holds a timer that arrives before its due time by up to Lead + Base,
 // unacknowledged, and hands it over at its due time by this process's
 // clock (counted in Stats.Held); none is ever delivered before its Due.
+// A timer held when its channel is lost is dropped from the process: the
+// broker delivers it again on the new channel, and that copy is the one
+// handed over.
 //
 // The lead is there because the broker is late under load. At 1,000 timers
 // a second with lapse and PostgreSQL on the same 2 cores, dead-lettering
@@ -188,6 +191,16 @@
 // published since it started (or since its last reconnection to the broker,
 // after which it forgets what it knew); timers of an earlier process lost in
 // a purge are left to the fallback sweep.
+//
+// # Deployments
+//
+// Two deployments (two stores) whose instances share a Prefix take each
+// other's timers: each instance skips the orders its store does not know,
+// and their deployment cancels them late, through its sweep. Claim fences a
+// prefix: the first deployment to claim it is recorded in
+// <prefix>.deployment, and a claim by another is refused (lapse serve claims
+// with its store's identity, and so refuses to start on a prefix another
+// deployment uses).
 //
 // # Operations
 //

@@ -149,3 +149,62 @@ func TestOtherSettingsRefused(t *testing.T) {
 		t.Errorf("refused after %v: want at once", took)
 	}
 }
+
+// Timers held for their due time (arrived within the lead) when the
+// connection is cut are delivered again by the broker on the new channel;
+// the copies held from the lost channel must not reach the handler too
+// (their acknowledgement would fail anyway). Each key is handed over
+// once. A sentinel scheduled after the reconnection, due after every other
+// timer, comes out of the held heap after all of them (it is ordered by due
+// time), so once it is delivered any second copy would have been as well.
+func TestHeldTimersAfterChannelLossDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	proxy := rabbittest.NewProxy(t, brokerURL(t))
+	prefix := newPrefix(t, amqptimer.DefaultLevels)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const lead = 3 * time.Second
+	s, err := amqptimer.Open(ctx, proxy.URL, amqptimer.Config{Prefix: prefix, Lead: lead, LossCheck: time.Minute, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rec := newRecorder(nil)
+	run(t, s, rec.handler(1))
+
+	const n = 20
+	var keys []string
+	last := time.Time{}
+	for i := range n {
+		key, due := fmt.Sprintf("held%02d", i), time.Now().Add(lead+500*time.Millisecond+time.Duration(i)*10*time.Millisecond)
+		if err := s.Schedule(context.Background(), key, due); err != nil {
+			t.Fatalf("Schedule %s: %v", key, err)
+		}
+		keys, last = append(keys, key), later(last, due)
+	}
+	// All of them leave the ladder at once (their lead is longer than
+	// their delay) and are held.
+	waitStats(t, s, "the timers held", 5*time.Second, func(st amqptimer.Stats) bool { return st.Held >= n })
+	if got := len(rec.deliveries(keys[0])); got != 0 {
+		t.Fatalf("a held timer was delivered %d times before its due time", got)
+	}
+
+	proxy.Cut()
+	proxy.Restore(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("not reconnected within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Schedule(context.Background(), "sentinel", last.Add(200*time.Millisecond)); err != nil {
+		t.Fatalf("Schedule sentinel: %v", err)
+	}
+	rec.waitDelivered(t, time.Until(last)+15*time.Second, append(keys, "sentinel")...)
+	for _, key := range keys {
+		if got := len(rec.deliveries(key)); got != 1 {
+			t.Errorf("%s: delivered %d times, want once", key, got)
+		}
+	}
+}

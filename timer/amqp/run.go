@@ -113,7 +113,12 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 		}
 		now := time.Now()
 		var batch, early []arrival
+		dropped := 0
 		for _, d := range got {
+			if closedChannel(d) {
+				dropped++ // the broker delivers it again on the new channel
+				continue
+			}
 			t, err := decode(d)
 			if err != nil {
 				// Not a timer this package wrote: delivering it again
@@ -139,7 +144,15 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 		// The earliest due first, a batch at most: the rest go next round
 		// (wakeup fires at once for a due time past).
 		for len(held) > 0 && len(batch) < s.cfg.BatchSize && !held[0].t.Due.After(now) {
-			batch = append(batch, heap.Pop(&held).(arrival))
+			a := heap.Pop(&held).(arrival)
+			if closedChannel(a.d) {
+				dropped++
+				continue
+			}
+			batch = append(batch, a)
+		}
+		if dropped > 0 {
+			s.log.Debug("amqp timers: dropped timers of a lost channel; the broker delivers them again", "timers", dropped)
 		}
 		if len(early) > 0 {
 			s.sendAgain(ctx, early)
@@ -148,6 +161,17 @@ func (s *Scheduler) deliver(ctx context.Context, in <-chan amqp091.Delivery, con
 			s.handle(ctx, batch, h)
 		}
 	}
+}
+
+// closedChannel reports whether d came on a channel that has closed since
+// (the connection was lost, or the subscription ended). The broker has then
+// put d back in the queue and delivers it again on the new channel, so
+// handing this copy over too would reach the handler twice, and its
+// acknowledgement would fail. Arrivals held for their due time (the lead)
+// are the ones this happens to: they wait in the process up to Lead + Base.
+func closedChannel(d amqp091.Delivery) bool {
+	ch, ok := d.Acknowledger.(interface{ IsClosed() bool })
+	return ok && ch.IsClosed()
 }
 
 // handle hands batch to h and settles it: acknowledged if h accepts it,

@@ -58,6 +58,11 @@ func (n names) marker() string { return n.prefix + ".seeded" }
 // lock is the queue whose exclusive consumer is the seed lock.
 func (n names) lock() string { return n.prefix + ".seed-lock" }
 
+// owner is the queue holding the deployment that owns the prefix (Claim);
+// ownerLock the queue whose exclusive consumer serializes the claims.
+func (n names) owner() string     { return n.prefix + ".deployment" }
+func (n names) ownerLock() string { return n.prefix + ".deployment-lock" }
+
 // pattern is the binding pattern of level k's exchange that matches a
 // routing key whose bit k is bit ('0' or '1'): one "*." for each higher
 // level, the bit, then "#" for the key. Only the topology of earlier
@@ -188,6 +193,13 @@ func declareTopology(ch *amqp091.Channel, n names, base time.Duration, queueType
 	if _, err := ch.QueueDeclare(n.lock(), true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		return topologyError("queue", n.lock(), err)
 	}
+	// Classic too: the owner queue is read under the claim lock's exclusive
+	// consumer, and holds one message.
+	for _, q := range []string{n.owner(), n.ownerLock()} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+			return topologyError("queue", q, err)
+		}
+	}
 	return nil
 }
 
@@ -248,7 +260,7 @@ func deleteTopology(ch *amqp091.Channel, n names) error {
 		note(err)
 		note(ch.ExchangeDelete(n.level(k), false, false))
 	}
-	for _, q := range []string{n.ready(), n.marker(), n.lock()} {
+	for _, q := range []string{n.ready(), n.marker(), n.lock(), n.owner(), n.ownerLock()} {
 		_, err := ch.QueueDelete(q, false, false, false)
 		note(err)
 	}

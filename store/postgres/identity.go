@@ -1,0 +1,21 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lapsehq/lapse/store"
+)
+
+var _ store.Identified = (*Store)(nil)
+
+// Identity implements store.Identified: when the schema's first migration
+// was applied, to the microsecond.
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	var at time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT applied_at FROM schema_migrations WHERE version = 1`).Scan(&at); err != nil {
+		return "", fmt.Errorf("postgres: identity (is the schema migrated?): %w", err)
+	}
+	return "postgres:" + at.UTC().Format(time.RFC3339Nano), nil
+}
