@@ -468,7 +468,7 @@ func TestEventsUsage(t *testing.T) {
 		{[]string{"events", "list", "--store", missing}, 1, "no such database file"},
 		{[]string{"events", "retry", "--store", missing, "--dead"}, 1, "no such database file"},
 		{[]string{"events", "purge", "--store", missing, "--dead", "--before", "1h"}, 1, "no such database file"},
-		{[]string{"events", "list", "--store", "oracle://x"}, 1, "unsupported scheme"},
+		{[]string{"events", "list", "--store", "oracle://x"}, 2, "unsupported scheme"}, // a flag wrong in itself: usage, exit 2
 	} {
 		out, stderr, code := eventsCmd(t, c.args...)
 		if code != c.code || !strings.Contains(stderr, c.want) || (c.code != 0 && out != "") {

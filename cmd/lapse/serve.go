@@ -28,7 +28,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	grace := fs.Duration("grace", 60*time.Second, none, "wait after expires_at before cancelling, for late payment callbacks (may be 0)")
 	defaultTimeout := fs.Duration("default-timeout", 15*time.Minute, span{min: time.Millisecond}, "payment window of an order that names no timeout_seconds")
 	maxTimeout := fs.Duration("max-timeout", 7*24*time.Hour, positive, "largest timeout_seconds accepted")
-	currency := fs.String("default-currency", "USD", "currency of an order that names none (ISO 4217)")
+	currency := fs.String("default-currency", "", "currency of an order that names none (ISO 4217); default USD, or CNY with --gateway alipay or wechatpay (the only currency they take)")
 	callbackSecretFlag := addSecretFlag(fs, "callback-secret", "HMAC secret of the payment callback signature; without one every callback is refused")
 	prevSecret := fs.String("previous-callback-secret", "", "a second accepted callback secret while rotating")
 	apiTokenFlag := addSecretFlag(fs, "api-token", "bearer token required on /v1 routes (except the signed payment callback) and at the dashboard's login; at least 16 bytes")
@@ -74,6 +74,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return usage("refusing a %d-byte --api-token: a token must be at least %d bytes, which cannot be guessed (openssl rand -hex 32 makes one)", len(apiToken), minToken)
 	case apiToken == "" && !isLoopback(*addr):
 		return usage("refusing to listen on %s without --api-token (or --api-token-file, LAPSE_API_TOKEN): anyone who can reach it could create and cancel orders; set a token or listen on 127.0.0.1", *addr)
+	}
+	if *currency == "" {
+		*currency = "USD"
+		if *gw.url == "alipay" || *gw.url == "wechatpay" {
+			*currency = "CNY" // their domestic trades take nothing else
+		}
 	}
 	cfg := lapse.Config{
 		Grace: *grace, DefaultTimeout: *defaultTimeout, MaxTimeout: *maxTimeout,

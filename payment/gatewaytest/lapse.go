@@ -60,7 +60,7 @@ func NewLapse(t *testing.T, cfg LapseConfig) *Lapse {
 		t.Fatalf("Migrate: %v", err)
 	}
 	storetest.Stock(t, st, 1000, SKU)
-	svc, err := lapse.New(lapse.Config{Store: st, Gateway: cfg.Gateway, Logger: logger,
+	svc, err := lapse.New(lapse.Config{Store: st, Gateway: cfg.Gateway, Logger: logger, DefaultCurrency: "CNY",
 		GatewayTimeout: 5 * time.Second, ConfirmAfter: 200 * time.Millisecond, GatewayPendingMax: time.Second})
 	if err != nil {
 		t.Fatalf("lapse.New: %v", err)
