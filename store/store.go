@@ -43,12 +43,18 @@ var (
 	ErrReservationReleased = errors.New("store: the reservation of this order id was released before the order was created")
 	// ErrInvalid: the parameters of a call are out of range (a programming error).
 	ErrInvalid = errors.New("store: invalid parameters")
+	// ErrRetryable marks an error that ended a caller's transaction lapse
+	// joined (Tx): a deadlock, a serialization failure or a lock-wait
+	// timeout. The caller rolls back and runs its transaction again; lapse
+	// never retries a transaction it does not own.
+	ErrRetryable = errors.New("store: transaction failed on a conflict; roll back and run it again")
 )
 
 // Store is the whole driver contract. It is split into the parts that later
 // components use on their own (the relay only needs Outbox, audit only Auditor).
 type Store interface {
 	Orders
+	TxOrders
 	Stock
 	Outbox
 	Tasks
@@ -136,6 +142,32 @@ type Orders interface {
 	// CountStuck counts PAYING orders past their cancel_after: payments whose
 	// outcome lapse is waiting for (a metric and an audit warning).
 	CountStuck(ctx context.Context) (int64, error)
+}
+
+// Tx is a caller's open transaction that lapse joins (embedded mode): a
+// driver's InTx binds its native transaction (pgx.Tx, *sql.Tx) to the
+// store. lapse's rows then commit with the caller's own, or not at all.
+// lapse never commits, rolls back or retries it; an error it returns leaves
+// the transaction to the caller, who rolls back (ErrRetryable: and runs it
+// again). Only store drivers make one: the marker method is unexported.
+type Tx interface {
+	lapseTx()
+}
+
+// TxMarker makes a driver's bound transaction a Tx: embed it.
+type TxMarker struct{}
+
+func (TxMarker) lapseTx() {}
+
+// TxOrders is Orders inside a caller's transaction (Tx): the same
+// transitions, with the same arguments and results, as one step of the
+// caller's own work.
+type TxOrders interface {
+	CreateOrderTx(ctx context.Context, tx Tx, p CreateOrderParams) (CreateOrderResult, error)
+	StartPaymentTx(ctx context.Context, tx Tx, p StartPaymentParams) (order.Order, error)
+	CompletePaymentTx(ctx context.Context, tx Tx, p PaymentParams) (PaymentResult, error)
+	FailPaymentTx(ctx context.Context, tx Tx, p PaymentParams) (PaymentResult, error)
+	CancelOrderTx(ctx context.Context, tx Tx, id string) (order.Order, error)
 }
 
 // Stock holds the per-SKU counters.

@@ -160,44 +160,49 @@ func (s *Store) ListOrders(ctx context.Context, p store.ListOrdersParams) (store
 // StartPayment implements store.Orders.
 func (s *Store) StartPayment(ctx context.Context, p store.StartPaymentParams) (order.Order, error) {
 	var o order.Order
-	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
-		o = order.Order{}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		for range 2 {
-			var ok bool
-			if o, ok, err = tx.StartPayment(ctx, p.OrderID, p.PaymentID, now); err != nil {
-				return err
-			}
-			if ok {
-				return tx.InsertPayment(ctx, o.ID, order.Payment{PaymentID: o.PaymentID, Status: order.PaymentPending, CreatedAt: now, UpdatedAt: now})
-			}
-			// The update matched nothing: say why, from the row as it is
-			// now, held so that a second UPDATE cannot lose again.
-			if o, err = tx.LockOrder(ctx, p.OrderID); err != nil {
-				return err
-			}
-			switch err := explainStartMiss(o, now); {
-			case errors.Is(err, errTryAgain):
-				continue
-			case err != nil:
-				return err
-			}
-			// PAYING already.
-			if p.PaymentID == "" || p.PaymentID == o.PaymentID {
-				return nil // the same attempt asked again
-			}
-			o, err = s.supersede(ctx, tx, o, p.PaymentID, now)
-			return err
-		}
-		return fmt.Errorf("order changed while locked")
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) (err error) {
+		o, err = s.startPaymentIn(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return o, fmt.Errorf("start payment %s: %w", p.OrderID, err)
 	}
 	return o, nil
+}
+
+// startPaymentIn is StartPayment in tx.
+func (s *Store) startPaymentIn(ctx context.Context, tx *Tx, p store.StartPaymentParams) (o order.Order, err error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return o, err
+	}
+	for range 2 {
+		var ok bool
+		if o, ok, err = tx.StartPayment(ctx, p.OrderID, p.PaymentID, now); err != nil {
+			return o, err
+		}
+		if ok {
+			return o, tx.InsertPayment(ctx, o.ID, order.Payment{PaymentID: o.PaymentID, Status: order.PaymentPending, CreatedAt: now, UpdatedAt: now})
+		}
+		// The update matched nothing: say why, from the row as it is
+		// now, held so that a second UPDATE cannot lose again.
+		if o, err = tx.LockOrder(ctx, p.OrderID); err != nil {
+			return o, err
+		}
+		switch err := explainStartMiss(o, now); {
+		case errors.Is(err, errTryAgain):
+			continue
+		case err != nil:
+			return o, err
+		}
+		// PAYING already.
+		if p.PaymentID == "" || p.PaymentID == o.PaymentID {
+			return o, nil // the same attempt asked again
+		}
+		o, err = s.supersede(ctx, tx, o, p.PaymentID, now)
+		return o, err
+	}
+	return o, fmt.Errorf("order changed while locked")
 }
 
 // supersede makes paymentID the current attempt of the PAYING order o
@@ -249,82 +254,88 @@ func (s *Store) replay(ctx context.Context, tx *Tx, p store.PaymentParams) (stor
 // Config.PaymentGroup is 1.
 func (s *Store) CompletePayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
-	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
-		r, replayed, err := s.replay(ctx, tx, p)
-		if res = r; err != nil || replayed {
-			return err
-		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		done := order.Payment{PaymentID: p.PaymentID, Status: order.PaymentSucceeded, AmountCents: p.AmountCents,
-			Currency: p.Currency, CreatedAt: now, UpdatedAt: now}
-		if o, ok, err := tx.MarkPaid(ctx, p, now); err != nil || ok {
-			if err == nil {
-				res, err = s.paid(ctx, tx, now, o, done)
-			}
-			return err
-		}
-		// It did not pay the order. Decide from the order as it is, held.
-		o, err := tx.LockOrder(ctx, p.OrderID)
-		if err != nil {
-			return err
-		}
-		ps, err := tx.Payments(ctx, o.ID)
-		if err != nil {
-			return err
-		}
-		done.Currency = cmp.Or(p.Currency, o.Currency)
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		switch decideSuccess(o, ps, p) {
-		case successAgain:
-			return nil
-		case successConflict:
-			res.Outcome = store.OutcomeConflict
-			return tx.NoteConflict(ctx, o.ID, p.PaymentID)
-		case successPays:
-			// Money for an attempt other than the open one: it pays, and
-			// the open attempt is superseded (closed at the gateway next).
-			superseded := false
-			for _, q := range ps {
-				if q.Status == order.PaymentPending && q.PaymentID != p.PaymentID {
-					if _, err := tx.EndPayment(ctx, o.ID, q.PaymentID, order.PaymentSuperseded, now); err != nil {
-						return fmt.Errorf("supersede payment %s: %w", q.PaymentID, err)
-					}
-					superseded = true
-				}
-			}
-			o, ok, err := tx.MarkPaid(ctx, p, now)
-			if err == nil && !ok {
-				err = fmt.Errorf("order changed while locked")
-			}
-			if err == nil {
-				res, err = s.paid(ctx, tx, now, o, done)
-				res.Superseded = superseded
-			}
-			return err
-		}
-		// Money to give back: the attempt ends REFUND_REQUIRED (and, the
-		// current attempt of a PAYING order, the order is PENDING again).
-		done.Status = order.PaymentRefundRequired
-		if err := tx.SavePayment(ctx, o.ID, done); err != nil {
-			return err
-		}
-		o, ok, err := tx.FlagRefund(ctx, o.ID, p.PaymentID, now)
-		if err == nil && !ok {
-			err = fmt.Errorf("order changed while locked")
-		}
-		if err != nil {
-			return err
-		}
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
-		return s.refundEvent(ctx, tx, now, o, p)
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) (err error) {
+		res, err = s.completePaymentIn(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("complete payment of %s: %w", p.OrderID, err)
 	}
 	return res, nil
+}
+
+// completePaymentIn is CompletePayment in tx.
+func (s *Store) completePaymentIn(ctx context.Context, tx *Tx, p store.PaymentParams) (res store.PaymentResult, err error) {
+	r, replayed, err := s.replay(ctx, tx, p)
+	if res = r; err != nil || replayed {
+		return res, err
+	}
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return res, err
+	}
+	done := order.Payment{PaymentID: p.PaymentID, Status: order.PaymentSucceeded, AmountCents: p.AmountCents,
+		Currency: p.Currency, CreatedAt: now, UpdatedAt: now}
+	if o, ok, err := tx.MarkPaid(ctx, p, now); err != nil || ok {
+		if err == nil {
+			res, err = s.paid(ctx, tx, now, o, done)
+		}
+		return res, err
+	}
+	// It did not pay the order. Decide from the order as it is, held.
+	o, err := tx.LockOrder(ctx, p.OrderID)
+	if err != nil {
+		return res, err
+	}
+	ps, err := tx.Payments(ctx, o.ID)
+	if err != nil {
+		return res, err
+	}
+	done.Currency = cmp.Or(p.Currency, o.Currency)
+	res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+	switch decideSuccess(o, ps, p) {
+	case successAgain:
+		return res, nil
+	case successConflict:
+		res.Outcome = store.OutcomeConflict
+		return res, tx.NoteConflict(ctx, o.ID, p.PaymentID)
+	case successPays:
+		// Money for an attempt other than the open one: it pays, and
+		// the open attempt is superseded (closed at the gateway next).
+		superseded := false
+		for _, q := range ps {
+			if q.Status == order.PaymentPending && q.PaymentID != p.PaymentID {
+				if _, err := tx.EndPayment(ctx, o.ID, q.PaymentID, order.PaymentSuperseded, now); err != nil {
+					return res, fmt.Errorf("supersede payment %s: %w", q.PaymentID, err)
+				}
+				superseded = true
+			}
+		}
+		o, ok, err := tx.MarkPaid(ctx, p, now)
+		if err == nil && !ok {
+			err = fmt.Errorf("order changed while locked")
+		}
+		if err == nil {
+			res, err = s.paid(ctx, tx, now, o, done)
+			res.Superseded = superseded
+		}
+		return res, err
+	}
+	// Money to give back: the attempt ends REFUND_REQUIRED (and, the
+	// current attempt of a PAYING order, the order is PENDING again).
+	done.Status = order.PaymentRefundRequired
+	if err := tx.SavePayment(ctx, o.ID, done); err != nil {
+		return res, err
+	}
+	o, ok, err := tx.FlagRefund(ctx, o.ID, p.PaymentID, now)
+	if err == nil && !ok {
+		err = fmt.Errorf("order changed while locked")
+	}
+	if err != nil {
+		return res, err
+	}
+	res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
+	return res, s.refundEvent(ctx, tx, now, o, p)
 }
 
 // paid records the attempt that paid o (just marked PAID) and the stock
@@ -343,45 +354,9 @@ func (s *Store) paid(ctx context.Context, tx *Tx, now time.Time, o order.Order, 
 // FailPayment implements store.Orders. Without a callback id it reads no clock.
 func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.PaymentResult, error) {
 	var res store.PaymentResult
-	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) error {
-		r, replayed, err := s.replay(ctx, tx, p)
-		if res = r; err != nil || replayed {
-			return err
-		}
-		o, ok, err := tx.FailPayment(ctx, p.OrderID, p.PaymentID)
-		if err != nil {
-			return err
-		}
-		res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
-		if !ok {
-			// Not the current attempt: recorded on the attempt, if open,
-			// and nothing else moves.
-			if o, err = getOrder(ctx, tx, p.OrderID); err != nil {
-				return err
-			}
-			res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
-		}
-		if p.PaymentID == "" {
-			return nil
-		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		if ended, err := tx.EndPayment(ctx, p.OrderID, p.PaymentID, order.PaymentFailed, now); err != nil || ended || ok {
-			return err
-		}
-		// Nothing open by that id: a FAILED of an attempt that has ended
-		// (paid, or money to give back) is a conflict.
-		ps, err := tx.Payments(ctx, p.OrderID)
-		if err != nil {
-			return err
-		}
-		if i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID }); i >= 0 && ps[i].Status.Ended() {
-			res.Outcome = store.OutcomeConflict
-			return tx.NoteConflict(ctx, p.OrderID, p.PaymentID)
-		}
-		return nil
+	err := s.payTx(ctx, func(ctx context.Context, tx *Tx) (err error) {
+		res, err = s.failPaymentIn(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("fail payment of %s: %w", p.OrderID, err)
@@ -389,37 +364,85 @@ func (s *Store) FailPayment(ctx context.Context, p store.PaymentParams) (store.P
 	return res, nil
 }
 
+// failPaymentIn is FailPayment in tx.
+func (s *Store) failPaymentIn(ctx context.Context, tx *Tx, p store.PaymentParams) (res store.PaymentResult, err error) {
+	r, replayed, err := s.replay(ctx, tx, p)
+	if res = r; err != nil || replayed {
+		return res, err
+	}
+	o, ok, err := tx.FailPayment(ctx, p.OrderID, p.PaymentID)
+	if err != nil {
+		return res, err
+	}
+	res = store.PaymentResult{Order: o, Outcome: store.OutcomeFailed}
+	if !ok {
+		// Not the current attempt: recorded on the attempt, if open,
+		// and nothing else moves.
+		if o, err = getOrder(ctx, tx, p.OrderID); err != nil {
+			return res, err
+		}
+		res = store.PaymentResult{Order: o, Outcome: store.OutcomeNoChange}
+	}
+	if p.PaymentID == "" {
+		return res, nil
+	}
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return res, err
+	}
+	if ended, err := tx.EndPayment(ctx, p.OrderID, p.PaymentID, order.PaymentFailed, now); err != nil || ended || ok {
+		return res, err
+	}
+	// Nothing open by that id: a FAILED of an attempt that has ended
+	// (paid, or money to give back) is a conflict.
+	ps, err := tx.Payments(ctx, p.OrderID)
+	if err != nil {
+		return res, err
+	}
+	if i := slices.IndexFunc(ps, func(x order.Payment) bool { return x.PaymentID == p.PaymentID }); i >= 0 && ps[i].Status.Ended() {
+		res.Outcome = store.OutcomeConflict
+		return res, tx.NoteConflict(ctx, p.OrderID, p.PaymentID)
+	}
+	return res, nil
+}
+
 // CancelOrder implements store.Orders.
 func (s *Store) CancelOrder(ctx context.Context, id string) (order.Order, error) {
 	var o order.Order
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		for range 2 {
-			var ok bool
-			if o, ok, err = tx.BuyerCancel(ctx, id, now); err != nil {
-				return err
-			}
-			if ok {
-				return s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o)
-			}
-			if o, err = tx.LockOrder(ctx, id); err != nil {
-				return err
-			}
-			if o.Status != order.Pending {
-				return store.ErrNotPending
-			}
-			// PENDING again (a failed payment put it back after the UPDATE
-			// looked): locked now, so the next UPDATE decides.
-		}
-		return fmt.Errorf("order changed while locked")
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) (err error) {
+		o, err = s.cancelOrderIn(ctx, tx, id)
+		return err
 	})
 	if err != nil {
 		return o, fmt.Errorf("cancel order %s: %w", id, err)
 	}
 	return o, nil
+}
+
+// cancelOrderIn is CancelOrder in tx.
+func (s *Store) cancelOrderIn(ctx context.Context, tx *Tx, id string) (o order.Order, err error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return o, err
+	}
+	for range 2 {
+		var ok bool
+		if o, ok, err = tx.BuyerCancel(ctx, id, now); err != nil {
+			return o, err
+		}
+		if ok {
+			return o, s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o)
+		}
+		if o, err = tx.LockOrder(ctx, id); err != nil {
+			return o, err
+		}
+		if o.Status != order.Pending {
+			return o, store.ErrNotPending
+		}
+		// PENDING again (a failed payment put it back after the UPDATE
+		// looked): locked now, so the next UPDATE decides.
+	}
+	return o, fmt.Errorf("order changed while locked")
 }
 
 // CancelDue implements store.Orders: one transaction per batch, one UPDATE

@@ -31,6 +31,9 @@ type executor struct{ db querier }
 type pool struct {
 	executor
 	conns *sql.DB
+	// isolation, when set, is asked of every transaction: a caller's pool
+	// (FromDB) has the sessions' level the caller chose.
+	isolation sql.IsolationLevel
 }
 
 var _ core.Driver = pool{}
@@ -41,8 +44,11 @@ var _ core.Driver = pool{}
 // Urgency means nothing here: InnoDB locks rows, not the database.
 func (p pool) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
 	var opts *sql.TxOptions
-	if o.ReadOnly {
+	switch {
+	case o.ReadOnly:
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	case p.isolation != sql.LevelDefault:
+		opts = &sql.TxOptions{Isolation: p.isolation}
 	}
 	t, err := p.conns.BeginTx(ctx, opts)
 	if err != nil {

@@ -135,6 +135,8 @@ type Store struct {
 	db    *sql.DB
 	cfg   Config
 	stmts *sqlcount.Counter // db's statements (Statements)
+	// borrowed: db is the caller's (FromDB), never closed here.
+	borrowed bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -279,7 +281,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: cfg, stmts: stmts}
 	s.Store = core.New(core.Config{
-		Driver:      pool{executor{db}, db},
+		Driver:      pool{executor: executor{db}, conns: db},
 		Clock:       cfg.Clock,
 		Retries:     max(cfg.Retries, 0), // -1: none
 		CreateGroup: 1,                   // no group commit: one create per transaction
@@ -310,4 +312,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s.borrowed {
+		return nil // the caller's pool
+	}
+	return s.db.Close()
+}

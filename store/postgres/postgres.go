@@ -140,6 +140,8 @@ type Store struct {
 	pool  *pgxpool.Pool
 	stmts *statementCounter
 	cfg   core.Config // what the core was built with (the tests' Tx hook reuses it)
+	// borrowed: the pool is the caller's (FromPool), never closed here.
+	borrowed bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -192,9 +194,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool, waiting for connections in use to be returned.
+// Close closes the pool, waiting for connections in use to be returned;
+// a caller's pool (FromPool) is left open.
 func (s *Store) Close() error {
-	s.pool.Close()
+	if !s.borrowed {
+		s.pool.Close()
+	}
 	return nil
 }
 
