@@ -289,7 +289,7 @@ func (s *Service) recordPaid(ctx context.Context, id string, st payment.Status) 
 	if err != nil {
 		return res, err
 	}
-	s.notePayment(ctx, res, st.PaymentID)
+	s.notePayment(ctx, res, st.PaymentID, false)
 	return res, nil
 }
 

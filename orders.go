@@ -70,21 +70,31 @@ type CreateOrderResult struct {
 // CreateOrder reserves the items' stock and places a PENDING order whose
 // cancel timer fires at cancel_after, all or nothing.
 func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (CreateOrderResult, error) {
+	return s.create(ctx, s.own(), r)
+}
+
+// create is CreateOrder and CreateOrderTx.
+func (s *Service) create(ctx context.Context, ops ops, r CreateOrderRequest) (CreateOrderResult, error) {
 	p, err := s.validateCreate(r)
 	if err != nil {
 		return CreateOrderResult{}, err
 	}
 	var res store.CreateOrderResult
-	if s.cfg.InventoryReserve {
+	switch {
+	case s.cfg.InventoryReserve && ops.joined:
+		return CreateOrderResult{}, ErrReserveInTx
+	case s.cfg.InventoryReserve:
 		res, err = s.createReserving(ctx, p, r.ID == "" && r.IdempotencyKey != "")
-	} else {
-		res, err = s.store.CreateOrder(ctx, p)
+	default:
+		res, err = ops.create(ctx, p)
 	}
 	if err != nil {
 		return CreateOrderResult{}, err
 	}
 	if !res.Replayed {
-		s.metrics.created.Inc()
+		if !ops.joined {
+			s.metrics.created.Inc()
+		}
 		s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
 		s.scheduleReminder(ctx, res.Order)
 	} else if res.Order.Status == order.Pending {
@@ -211,9 +221,14 @@ func validSKU(field, sku string) error {
 // Cancel is the buyer's cancel of a PENDING order: stock goes back at once.
 // ErrNotPending for any other status.
 func (s *Service) Cancel(ctx context.Context, id string) (order.Order, error) {
-	o, err := s.store.CancelOrder(ctx, id)
-	if err != nil {
-		return o, err
+	return s.cancelOrder(ctx, s.own(), id)
+}
+
+// cancelOrder is Cancel and CancelTx.
+func (s *Service) cancelOrder(ctx context.Context, ops ops, id string) (order.Order, error) {
+	o, err := ops.cancel(ctx, id)
+	if err != nil || ops.joined {
+		return o, err // the caller may roll back: the timer stays, harmless
 	}
 	s.metrics.cancelled.WithLabelValues(string(order.ReasonBuyer)).Inc()
 	s.unschedule(ctx, id)

@@ -31,13 +31,18 @@ const maxPaymentIDLen = 128
 // never dropped). ErrPaymentIDUsed when an earlier attempt of the order had
 // that id.
 func (s *Service) PayAttempt(ctx context.Context, id, paymentID string) (order.Order, error) {
+	return s.payAttempt(ctx, s.own(), id, paymentID)
+}
+
+// payAttempt is PayAttempt and PayAttemptTx.
+func (s *Service) payAttempt(ctx context.Context, ops ops, id, paymentID string) (order.Order, error) {
 	if paymentID != "" {
 		if err := validPaymentID("payment_id", paymentID); err != nil {
 			return order.Order{}, err
 		}
 	}
-	o, err := s.store.StartPayment(ctx, store.StartPaymentParams{OrderID: id, PaymentID: paymentID})
-	if err == nil && paymentID != "" && s.checks != nil {
+	o, err := ops.start(ctx, store.StartPaymentParams{OrderID: id, PaymentID: paymentID})
+	if err == nil && paymentID != "" && s.checks != nil && !ops.joined {
 		// A named attempt may have superseded another: close that one at
 		// the gateway, so the buyer cannot pay an abandoned attempt.
 		s.checks.closeSuperseded(o.ID)
@@ -93,6 +98,11 @@ type Notification struct {
 // with payment_attempts incremented, and the cancel timer is set again (it
 // fires at once if cancel_after has passed); of any other attempt, no change.
 func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResult, error) {
+	return s.notify(ctx, s.own(), n)
+}
+
+// notify is Notify and NotifyTx.
+func (s *Service) notify(ctx context.Context, ops ops, n Notification) (store.PaymentResult, error) {
 	if n.OrderID == "" {
 		return store.PaymentResult{}, invalid("order_id", "required")
 	}
@@ -106,19 +116,19 @@ func (s *Service) Notify(ctx context.Context, n Notification) (store.PaymentResu
 	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, Currency: currency, CallbackID: n.CallbackID}
 	switch n.Status {
 	case PaymentSucceeded:
-		res, err := s.store.CompletePayment(ctx, p)
+		res, err := ops.complete(ctx, p)
 		if err != nil {
 			return res, err
 		}
-		s.notePayment(ctx, res, n.PaymentID)
+		s.notePayment(ctx, res, n.PaymentID, ops.joined)
 		return res, nil
 	case PaymentFailed:
-		res, err := s.store.FailPayment(ctx, p)
+		res, err := ops.fail(ctx, p)
 		if err != nil {
 			return res, err
 		}
 		if res.Outcome == store.OutcomeConflict {
-			s.notePayment(ctx, res, n.PaymentID)
+			s.notePayment(ctx, res, n.PaymentID, ops.joined)
 		}
 		// Also on a duplicate of a report that failed the payment: the first
 		// may have committed without reaching this (its answer lost, so the
@@ -146,8 +156,15 @@ func paymentCurrency(c string) (string, error) {
 }
 
 // notePayment does what follows a successful payment being recorded, however
-// it was learnt (callback, gateway query, confirmation).
-func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paymentID string) {
+// it was learnt (callback, gateway query, confirmation). joined: recorded in
+// a caller's transaction that may still roll back — only a timer is set.
+func (s *Service) notePayment(ctx context.Context, res store.PaymentResult, paymentID string, joined bool) {
+	if joined {
+		if res.Outcome == store.OutcomeRefundRequired && res.Order.Status == order.Pending {
+			s.schedule(ctx, res.Order.ID, res.Order.CancelAfter)
+		}
+		return
+	}
 	switch res.Outcome {
 	case store.OutcomePaid:
 		s.metrics.paid.Inc()
