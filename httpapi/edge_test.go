@@ -3,22 +3,18 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/postgres"
@@ -29,36 +25,9 @@ import (
 // schema's URL.
 func openPostgresURL(t *testing.T, clk *clock.Fake) (store.Store, string) {
 	t.Helper()
-	base := os.Getenv("LAPSE_TEST_POSTGRES")
-	if base == "" {
-		t.Skip("set LAPSE_TEST_POSTGRES=postgres://… to run")
-	}
 	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "lapse_http_" + hex.EncodeToString(b)
-	admin := func(sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect to LAPSE_TEST_POSTGRES: %v", err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	ident := pgx.Identifier{schema}.Sanitize()
-	admin("CREATE SCHEMA " + ident)
-	t.Cleanup(func() { admin("DROP SCHEMA " + ident + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	cfg := postgres.Config{URL: u.String(), MaxConns: 4}
+	u := testdb.PostgresSchema(t)
+	cfg := postgres.Config{URL: u, MaxConns: 4}
 	if clk != nil {
 		cfg.Clock = clk
 	}
@@ -66,7 +35,7 @@ func openPostgresURL(t *testing.T, clk *clock.Fake) (store.Store, string) {
 	if err != nil {
 		t.Fatalf("postgres.Open: %v", err)
 	}
-	return st, u.String()
+	return st, u
 }
 
 // NUL and invalid UTF-8 are the client's error, answered 400 at the edge:

@@ -2,21 +2,17 @@ package web_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/postgres"
 )
@@ -25,35 +21,8 @@ import (
 // LAPSE_TEST_POSTGRES, dropped when the test ends.
 func openPostgres(t *testing.T) store.Store {
 	t.Helper()
-	base := os.Getenv("LAPSE_TEST_POSTGRES")
-	if base == "" {
-		t.Skip("set LAPSE_TEST_POSTGRES=postgres://… to run")
-	}
 	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	ident := pgx.Identifier{"lapse_web_" + hex.EncodeToString(b)}.Sanitize()
-	admin := func(sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect to LAPSE_TEST_POSTGRES: %v", err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	admin("CREATE SCHEMA " + ident)
-	t.Cleanup(func() { admin("DROP SCHEMA " + ident + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", strings.Trim(ident, `"`))
-	u.RawQuery = q.Encode()
-	st, err := postgres.Open(ctx, postgres.Config{URL: u.String(), MaxConns: 4})
+	st, err := postgres.Open(ctx, postgres.Config{URL: testdb.PostgresSchema(t), MaxConns: 4})
 	if err != nil {
 		t.Fatalf("postgres.Open: %v", err)
 	}
