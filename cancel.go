@@ -64,9 +64,19 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 		s.burstUntil.Store(time.Now().Add(burstHold).UnixNano())
 	}
 	timeout := s.metrics.cancelled.WithLabelValues(string(order.ReasonTimeout))
+	for _, he := range res.HookFailed {
+		// The batch committed without it: the order is still due, tried
+		// again with backoff, its own lateness growing.
+		s.metrics.hookFailures.WithLabelValues(he.Event).Inc()
+		retry := timer.Backoff(s.hookTries.next(he.OrderID) + 1)
+		s.log.Error("an OnCancelled hook failed: the order's cancel was rolled back, to be tried again",
+			"order_id", he.OrderID, "retry_in", retry, "err", he.Err)
+		s.schedule(ctx, he.OrderID, time.Now().Add(retry))
+	}
 	for _, c := range res.Cancelled {
 		timeout.Inc()
 		s.early.forget(c.ID)
+		s.hookTries.forget(c.ID)
 		s.metrics.lateness.Observe(c.CancelledAt.Sub(c.CancelAfter).Seconds())
 	}
 	for _, sk := range res.Skipped {

@@ -81,26 +81,36 @@ func localDue(at, storeNow time.Time, floor time.Duration) time.Time {
 // cannot make one order loop. An order's count is forgotten when it is
 // cancelled; the map is dropped whole past maxEarlyOrders (orders paid
 // meanwhile never come back), which only restarts their backoff.
-type earlyBackoff struct {
+type earlyBackoff struct{ tries }
+
+func (b *earlyBackoff) floor(id string) time.Duration {
+	return min(earlyFloor<<min(b.next(id), 16), earlyMaxFloor)
+}
+
+// tries counts, per order, how often something was tried again, for a
+// backoff. It holds at most maxTriedOrders orders: past that it starts
+// afresh (a backoff forgotten is a shorter wait, never a lost order).
+type tries struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-const maxEarlyOrders = 100_000
+const maxTriedOrders = 100_000
 
-func (b *earlyBackoff) floor(id string) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.n == nil || len(b.n) >= maxEarlyOrders {
-		b.n = map[string]int{}
+// next returns how often id was tried before, and counts one more.
+func (t *tries) next(id string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil || len(t.n) >= maxTriedOrders {
+		t.n = map[string]int{}
 	}
-	k := b.n[id]
-	b.n[id] = k + 1
-	return min(earlyFloor<<min(k, 16), earlyMaxFloor)
+	k := t.n[id]
+	t.n[id] = k + 1
+	return k
 }
 
-func (b *earlyBackoff) forget(id string) {
-	b.mu.Lock()
-	delete(b.n, id)
-	b.mu.Unlock()
+func (t *tries) forget(id string) {
+	t.mu.Lock()
+	delete(t.n, id)
+	t.mu.Unlock()
 }

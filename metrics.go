@@ -41,6 +41,7 @@ type metrics struct {
 	cancelled        *prometheus.CounterVec
 	refundRequired   prometheus.Counter
 	paymentConflicts prometheus.Counter
+	hookFailures     *prometheus.CounterVec
 	lateness         prometheus.Histogram
 	batches          *prometheus.CounterVec
 	batchSize        prometheus.Histogram
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "lapse_refund_required_total",
 			Help: "Successful payments that could not pay their order (cancelled, paid by another attempt, another amount or currency): money to give back.",
 		}),
+		hookFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lapse_hook_failures_total",
+			Help: "Hooks of an embedding service (OnCancelled, OnPaid, OnRefundRequired) that failed: that order's transition was rolled back.",
+		}, []string{"event"}),
 		paymentConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_payment_conflicts_total",
 			Help: "Payment reports refused because they disagree with how their attempt had already ended (counted on the attempt too).",
@@ -124,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.lateness,
+	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.hookFailures, m.lateness,
 		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)

@@ -170,6 +170,29 @@ type TxOrders interface {
 	CancelOrderTx(ctx context.Context, tx Tx, id string) (order.Order, error)
 }
 
+// Hook events: the transitions an embedding service's hooks run in
+// (postgres.Hooks, mysql.Hooks), inside the transaction that makes them.
+const (
+	HookCancelled      = "cancelled"
+	HookPaid           = "paid"
+	HookRefundRequired = "refund_required"
+)
+
+// HookError is a hook of an embedding service that failed for one order:
+// that order's transition was rolled back with it (a batch commits without
+// it, and the order is tried again later). It unwraps to the hook's error.
+type HookError struct {
+	OrderID string
+	Event   string // HookCancelled, HookPaid, HookRefundRequired
+	Err     error
+}
+
+func (e *HookError) Error() string {
+	return "hook on " + e.Event + " of order " + e.OrderID + ": " + e.Err.Error()
+}
+
+func (e *HookError) Unwrap() error { return e.Err }
+
 // Stock holds the per-SKU counters.
 type Stock interface {
 	// SetStock sets a SKU's available quantity (creating it), an explicit
@@ -344,6 +367,9 @@ type CancelDueResult struct {
 	Cancelled []Cancelled
 	Skipped   []Skipped
 	Now       time.Time // the store's clock at the cancel
+	// HookFailed are the orders of the batch whose OnCancelled hook failed:
+	// the batch committed without them, they are still due.
+	HookFailed []*HookError
 }
 
 // Deadline is when a pending order's timer must fire.

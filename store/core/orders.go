@@ -335,7 +335,10 @@ func (s *Store) completePaymentIn(ctx context.Context, tx *Tx, p store.PaymentPa
 		return res, err
 	}
 	res = store.PaymentResult{Order: o, Outcome: store.OutcomeRefundRequired}
-	return res, s.refundEvent(ctx, tx, now, o, p)
+	if err := s.refundEvent(ctx, tx, now, o, p); err != nil {
+		return res, err
+	}
+	return res, s.hook(ctx, tx, store.HookRefundRequired, o)
 }
 
 // paid records the attempt that paid o (just marked PAID) and the stock
@@ -346,6 +349,9 @@ func (s *Store) paid(ctx context.Context, tx *Tx, now time.Time, o order.Order, 
 		return store.PaymentResult{}, err
 	}
 	if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o); err != nil {
+		return store.PaymentResult{}, err
+	}
+	if err := s.hook(ctx, tx, store.HookPaid, o); err != nil {
 		return store.PaymentResult{}, err
 	}
 	return store.PaymentResult{Order: o, Outcome: store.OutcomePaid}, nil
@@ -431,7 +437,10 @@ func (s *Store) cancelOrderIn(ctx context.Context, tx *Tx, id string) (o order.O
 			return o, err
 		}
 		if ok {
-			return o, s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o)
+			if err := s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o); err != nil {
+				return o, err
+			}
+			return o, s.hook(ctx, tx, store.HookCancelled, o)
 		}
 		if o, err = tx.LockOrder(ctx, id); err != nil {
 			return o, err
@@ -450,17 +459,45 @@ func (s *Store) cancelOrderIn(ctx context.Context, tx *Tx, id string) (o order.O
 // exactly those orders, set-based. The skipped orders are read before the
 // effects are written, so that the effects are the transaction's last write
 // and a driver can send them with the COMMIT (effectsAtCommit).
+//
+// An OnCancelled hook (hooks.go) that fails for one order rolls the batch
+// back; the batch then runs again without that order — the orders a claim
+// took, named — and the order is reported in HookFailed, still due.
 func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
+	var failed []*store.HookError
+	for {
+		res, took, err := s.cancelDueOnce(ctx, p)
+		he, ok := hookFailed(err)
+		if !ok {
+			res.HookFailed = failed
+			return res, err
+		}
+		failed = append(failed, he)
+		if len(p.IDs) == 0 {
+			p.IDs, p.Claim = took, 0 // the claim's orders, now named
+		}
+		if p.IDs = without(p.IDs, he.OrderID); len(p.IDs) == 0 {
+			return store.CancelDueResult{HookFailed: failed}, nil
+		}
+	}
+}
+
+// cancelDueOnce is one transaction of CancelDue; took is the orders it
+// cancelled before it failed (those of a claim, to run again by name).
+func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams) (res store.CancelDueResult, took []string, err error) {
 	if len(p.IDs) == 0 && p.Claim <= 0 {
-		return store.CancelDueResult{}, nil
+		return store.CancelDueResult{}, nil, nil
 	}
 	ids := unique(p.IDs)
 	sorted := slices.Sorted(slices.Values(ids)) // the lock order of the batch
-	var res store.CancelDueResult
-	err := s.withTx(ctx, TxOptions{Urgent: true}, func(tx *Tx) error {
+	err = s.withTx(ctx, TxOptions{Urgent: true}, func(tx *Tx) error {
 		done, now, err := s.cancelDue(ctx, tx, sorted, p)
 		if err != nil {
 			return fmt.Errorf("cancel: %w", err)
+		}
+		took = orderIDs(done)
+		if err := s.hook(ctx, tx, store.HookCancelled, done...); err != nil {
+			return err
 		}
 		res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done)} // fresh on every retry
 		if rest := notIn(ids, done); len(rest) > 0 {
@@ -479,11 +516,11 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 	})
 	if err != nil {
 		if len(p.IDs) == 0 {
-			return store.CancelDueResult{}, fmt.Errorf("cancel due claim of %d: %w", p.Claim, err)
+			return store.CancelDueResult{}, took, fmt.Errorf("cancel due claim of %d: %w", p.Claim, err)
 		}
-		return store.CancelDueResult{}, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
+		return store.CancelDueResult{}, took, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
-	return res, nil
+	return res, took, nil
 }
 
 // endOpenAttempts records the open attempts of orders a confirmed cancel

@@ -30,6 +30,9 @@ type Config struct {
 	// CompletePayment, FailPayment) committed in one transaction when they
 	// arrive together (paygroup.go). 0 or 1: every one alone.
 	PaymentGroup int
+	// Hooks, when set, run an embedding service's code inside the
+	// transactions that cancel or pay orders (hooks.go).
+	Hooks Hooks
 }
 
 // Store implements store.Store but for Migrate, Ping and Close, which the
@@ -40,6 +43,7 @@ type Store struct {
 	retries int
 	groups  *grouper    // nil: every create alone
 	pays    *payGrouper // nil: every payment operation alone
+	hooks   Hooks       // nil: none
 }
 
 // New returns a Store running its transactions on cfg.Driver.
@@ -47,7 +51,7 @@ func New(cfg Config) *Store {
 	if cfg.Driver == nil {
 		panic("core: Config.Driver is required")
 	}
-	s := &Store{d: cfg.Driver, clock: cfg.Clock, retries: max(0, cfg.Retries)}
+	s := &Store{d: cfg.Driver, clock: cfg.Clock, retries: max(0, cfg.Retries), hooks: cfg.Hooks}
 	if cfg.CreateGroup > 1 {
 		s.groups = newGrouper(s, cfg.CreateGroup)
 	}

@@ -47,6 +47,7 @@ func FromDB(db *sql.DB, cfg Config) (*Store, error) {
 		Clock:       cfg.Clock,
 		Retries:     max(cfg.Retries, 0),
 		CreateGroup: 1,
+		Hooks:       cfg.Hooks.runner(),
 	})
 	return s, nil
 }
@@ -111,12 +112,15 @@ func checkSession(ctx context.Context, db *sql.DB) error {
 // after a lapse write they may show a stale order: use the order lapse
 // returns, or a locking read (SELECT … FOR UPDATE).
 func (s *Store) InTx(tx *sql.Tx) store.Tx {
-	return s.Bind(callerTxn{executor{tx}})
+	return s.Bind(callerTxn{executor{tx}, tx})
 }
 
 // callerTxn runs the statements on the caller's transaction. It is a
 // core.ExecutorTx only in type: the core never ends a caller's transaction.
-type callerTxn struct{ executor }
+type callerTxn struct {
+	executor
+	tx *sql.Tx // for the hooks
+}
 
 var errCallerTx = errors.New("mysql: the caller's transaction is the caller's to end")
 

@@ -91,6 +91,9 @@ type Config struct {
 	// MigrateLockTimeout is how long Migrate waits for a migration running in
 	// another process. Defaults to 1 minute.
 	MigrateLockTimeout time.Duration
+	// Hooks run an embedding service's code inside the transactions that
+	// cancel or pay orders (see Hooks). Optional.
+	Hooks Hooks
 }
 
 func (c *Config) setDefaults() {
@@ -285,6 +288,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Clock:       cfg.Clock,
 		Retries:     max(cfg.Retries, 0), // -1: none
 		CreateGroup: 1,                   // no group commit: one create per transaction
+		Hooks:       cfg.Hooks.runner(),
 	})
 	return s, nil
 }

@@ -31,7 +31,8 @@ func FromPool(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup}
+	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup,
+		Hooks: cfg.Hooks.runner()}
 	return &Store{Store: core.New(cc), stmts: &statementCounter{}, cfg: cc, borrowed: true, pool: pool}, nil
 }
 
@@ -49,12 +50,15 @@ func FromPool(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // snapshot makes the UPDATE fail with a serialization error: ErrRetryable,
 // never a wrong state.
 func (s *Store) InTx(tx pgx.Tx) store.Tx {
-	return s.Bind(callerExecutor{executor{tx}})
+	return s.Bind(callerExecutor{executor{tx}, tx})
 }
 
 // callerExecutor runs the statements on the caller's transaction. It is a
 // core.ExecutorTx only in type: the core never ends a caller's transaction.
-type callerExecutor struct{ executor }
+type callerExecutor struct {
+	executor
+	tx pgx.Tx // for the hooks
+}
 
 var errCallerTx = errors.New("postgres: the caller's transaction is the caller's to end")
 

@@ -82,6 +82,9 @@ type Config struct {
 	// package's group.go). Defaults to 64, or to the URL's create_group
 	// parameter; 1 gives every create a transaction of its own.
 	CreateGroup int
+	// Hooks run an embedding service's code inside the transactions that
+	// cancel or pay orders (see Hooks). Optional.
+	Hooks Hooks
 }
 
 // DefaultCreateGroup is Config.CreateGroup's default.
@@ -182,7 +185,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open %s: %w", pc.ConnConfig.Host, err)
 	}
-	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup}
+	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup,
+		Hooks: cfg.Hooks.runner()}
 	return &Store{Store: core.New(cc), pool: pool, stmts: stmts, cfg: cc}, nil
 }
 
