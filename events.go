@@ -46,6 +46,14 @@ func (n notifying) CancelOrder(ctx context.Context, id string) (order.Order, err
 	return r, err
 }
 
+func (n notifying) Extend(ctx context.Context, p store.ExtendParams) (order.Order, error) {
+	r, err := n.Store.Extend(ctx, p)
+	if err == nil {
+		n.notify()
+	}
+	return r, err
+}
+
 func (n notifying) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	r, err := n.Store.CancelDue(ctx, p)
 	if err == nil && len(r.Cancelled) > 0 {

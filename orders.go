@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -232,5 +233,34 @@ func (s *Service) cancelOrder(ctx context.Context, ops ops, id string) (order.Or
 	}
 	s.metrics.cancelled.WithLabelValues(string(order.ReasonBuyer)).Inc()
 	s.unschedule(ctx, id)
+	return o, nil
+}
+
+// Extend moves the deadline of a PENDING order whose payment window is
+// still open to expiresAt — later or earlier, at most MaxTimeout from now —
+// keeping its grace, and sets its timer for the new cancel_after. A timer
+// set earlier that a backend cannot take back (amqp) fires harmlessly: the
+// store's guard (cancel_after <= now) skips the order and the cancel
+// pipeline sets it again for the new deadline. Errors: an InvalidError
+// (expires_at), ErrNotFound, ErrOrderExpired (the window has closed: the
+// timer may be cancelling the order), ErrNotPending.
+func (s *Service) Extend(ctx context.Context, id string, expiresAt time.Time) (order.Order, error) {
+	now := time.Now()
+	switch {
+	case !expiresAt.After(now):
+		return order.Order{}, invalid("expires_at", "must be in the future")
+	case expiresAt.Sub(now) > s.cfg.MaxTimeout:
+		return order.Order{}, invalid("expires_at", "must be at most %g seconds from now", s.cfg.MaxTimeout.Seconds())
+	}
+	o, err := s.store.Extend(ctx, store.ExtendParams{OrderID: id, ExpiresAt: expiresAt})
+	if errors.Is(err, store.ErrInvalid) {
+		// In the future by this clock, not by the store's.
+		return order.Order{}, invalid("expires_at", "must be in the future (by the store's clock)")
+	}
+	if err != nil {
+		return o, err
+	}
+	s.schedule(ctx, o.ID, o.CancelAfter)
+	s.scheduleReminder(ctx, o)
 	return o, nil
 }

@@ -149,6 +149,32 @@ func (c *Client) Cancel(ctx context.Context, id string) (order.Order, error) {
 	return o, err
 }
 
+// Extend moves the deadline of a PENDING order to expiresAt, later or
+// earlier (at most the server's --max-timeout from now): cancel_after moves
+// with it, the order's grace kept, and the order's timer follows. Errors:
+// 409 order_expired once expires_at has passed, order_not_pending for a
+// PAYING, PAID or CANCELLED order. It is retried like a read: the same
+// deadline again is the same deadline.
+func (c *Client) Extend(ctx context.Context, id string, expiresAt time.Time) (order.Order, error) {
+	var o order.Order
+	at := expiresAt.UTC()
+	body := gen.ExtendOrderJSONRequestBody{ExpiresAt: &at}
+	err := c.do(ctx, call{op: "POST /v1/orders/" + url.PathEscape(id) + "/extend", want: http.StatusOK, out: &o, retry: true,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.ExtendOrder(ctx, id, body) }})
+	return o, err
+}
+
+// ExtendFor is Extend to timeout from the server's now (rounded to
+// milliseconds). It is not retried: a retry would count from a later now.
+func (c *Client) ExtendFor(ctx context.Context, id string, timeout time.Duration) (order.Order, error) {
+	var o order.Order
+	secs := timeout.Seconds()
+	body := gen.ExtendOrderJSONRequestBody{TimeoutSeconds: &secs}
+	err := c.do(ctx, call{op: "POST /v1/orders/" + url.PathEscape(id) + "/extend", want: http.StatusOK, out: &o,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.ExtendOrder(ctx, id, body) }})
+	return o, err
+}
+
 // SKU is a SKU's stock counters.
 type SKU struct {
 	SKU       string `json:"sku"`

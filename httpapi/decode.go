@@ -418,6 +418,40 @@ func DecodeCreateOrder(body []byte) (lapse.CreateOrderRequest, error) {
 	return r, nil
 }
 
+type extendBody struct {
+	ExpiresAt      *string  `json:"expires_at"`
+	TimeoutSeconds *float64 `json:"timeout_seconds"`
+}
+
+// decodeExtend parses the body of POST /v1/orders/{id}/extend into the new
+// expires_at: exactly one of expires_at (RFC 3339) and timeout_seconds
+// (> 0, counted from now). The service checks the range.
+func decodeExtend(body []byte, now time.Time) (time.Time, error) {
+	var b extendBody
+	if err := decodeStrict(body, &b); err != nil {
+		return time.Time{}, err
+	}
+	switch {
+	case (b.ExpiresAt == nil) == (b.TimeoutSeconds == nil):
+		return time.Time{}, badRequest("invalid_field", "expires_at, timeout_seconds: send exactly one of them")
+	case b.ExpiresAt != nil:
+		at, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
+		if err != nil {
+			return time.Time{}, badRequest("invalid_field", "expires_at: want an RFC 3339 time such as 2030-01-02T03:04:05Z, got %s", echo(*b.ExpiresAt))
+		}
+		return at, nil
+	}
+	s := *b.TimeoutSeconds
+	if !(s > 0) || math.IsInf(s, 0) || s > float64(math.MaxInt64/int64(time.Second)) {
+		return time.Time{}, badRequest("invalid_field", "timeout_seconds: must be a number > 0")
+	}
+	d := time.Duration(math.Round(s*1000)) * time.Millisecond
+	if d <= 0 {
+		return time.Time{}, badRequest("invalid_field", "timeout_seconds: must be at least 0.001")
+	}
+	return now.Add(d), nil
+}
+
 type notifyBody struct {
 	OrderID     *string `json:"order_id"`
 	PaymentID   *string `json:"payment_id"`

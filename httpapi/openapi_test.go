@@ -79,7 +79,7 @@ func TestOpenAPIDocumentsEveryRouteAndCode(t *testing.T) {
 	t.Parallel()
 	doc := string(httpapi.OpenAPI)
 	for _, want := range []string{
-		"/v1/orders:", "/v1/orders/{id}:", "/v1/orders/{id}/pay:", "/v1/orders/{id}/cancel:",
+		"/v1/orders:", "/v1/orders/{id}:", "/v1/orders/{id}/pay:", "/v1/orders/{id}/cancel:", "/v1/orders/{id}/extend:",
 		"/v1/payments/notify:", "/v1/skus/{sku}:", "/v1/events:", "/v1/events/retry:", "/v1/tasks:", "/v1/tasks/retry:", "/healthz:", "/readyz:", "/metrics:",
 		"Idempotency-Key", "Lapse-Signature",
 		"timeout_seconds", "amount_cents", "cancel_after", "refund_required", "payment_attempts", "next_cursor", "next_after", "next_attempt_at", "retried",

@@ -104,6 +104,7 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("GET /v1/orders/{id}", noBody, s.getOrder)
 	v1("POST /v1/orders/{id}/pay", noBody, s.pay)
 	v1("POST /v1/orders/{id}/cancel", noBody, s.cancel)
+	v1("POST /v1/orders/{id}/extend", takesBody, s.extend)
 	v1("PUT /v1/skus/{sku}", takesBody, s.setStock)
 	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
 	v1("GET /v1/events", noBody, s.listEvents)
@@ -440,6 +441,27 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	o, err := s.svc.Cancel(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, o)
+}
+
+// extend moves the deadline of a PENDING order (lapse.Service.Extend).
+func (s *server) extend(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathText(r, "id")
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	at, err := decodeExtend(body, time.Now())
+	if err != nil {
+		return err
+	}
+	o, err := s.svc.Extend(r.Context(), id, at)
 	if err != nil {
 		return err
 	}

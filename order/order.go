@@ -174,6 +174,9 @@ const (
 	EventPaid           = "order.paid"
 	EventCancelled      = "order.cancelled"
 	EventRefundRequired = "order.refund_required"
+	// EventExtended: a PENDING order's deadline moved (later or earlier).
+	// An order may have any number of them.
+	EventExtended = "order.extended"
 )
 
 // EventSchemaVersion is the schema_version of event payloads

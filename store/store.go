@@ -110,6 +110,14 @@ type Orders interface {
 	// CancelOrder is the buyer's cancel of a PENDING order: stock released,
 	// order.cancelled written. ErrNotPending otherwise.
 	CancelOrder(ctx context.Context, id string) (order.Order, error)
+	// Extend moves the deadline of a PENDING order whose payment window is
+	// still open: expires_at becomes p.ExpiresAt (to the millisecond, later
+	// or earlier) and cancel_after moves with it, keeping the order's grace,
+	// with order.extended written. Errors: ErrNotFound; ErrOrderExpired when
+	// expires_at has passed (the order's timer may be cancelling it in its
+	// grace: the deadline no longer moves); ErrNotPending (PAYING, PAID,
+	// CANCELLED); ErrInvalid when p.ExpiresAt is not after now.
+	Extend(ctx context.Context, p ExtendParams) (order.Order, error)
 	// CancelDue is the timeout cancel of a batch, in one transaction: every
 	// listed order that is PENDING with cancel_after <= now (and, with
 	// SkipAttempted, no failed payment attempt) is cancelled with its stock
@@ -273,6 +281,14 @@ type StartPaymentParams struct {
 	// PaymentID is the id the client uses at the gateway for this attempt;
 	// empty: the store assigns "<order id>-<attempt number>".
 	PaymentID string
+}
+
+// ExtendParams moves an order's deadline.
+type ExtendParams struct {
+	OrderID string
+	// ExpiresAt is the new end of the payment window; cancel_after follows
+	// it, the order's grace (cancel_after - expires_at) kept.
+	ExpiresAt time.Time
 }
 
 // PaymentParams is a payment outcome reported by the gateway.

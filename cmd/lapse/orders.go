@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ func runOrders(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"get":    runOrdersGet,
 		"list":   runOrdersList,
 		"cancel": runOrdersCancel,
+		"extend": runOrdersExtend,
 	})
 }
 
@@ -34,6 +36,9 @@ Subcommands:
   list   [--status S] [--limit 50] [--cursor C]
                                 orders, newest first (S: PENDING, PAYING, PAID, CANCELLED)
   cancel ID                     the buyer's cancel of a PENDING order (its stock released at once)
+  extend ID (--expires-at T | --timeout D)
+                                move a PENDING order's deadline, later or earlier: to the RFC 3339
+                                time T, or D (such as 30m) from now; its grace and timer follow
 
 Each takes --server URL (LAPSE_SERVER, default http://127.0.0.1:8080), --api-token or
 --api-token-file (LAPSE_API_TOKEN, LAPSE_API_TOKEN_FILE) and --json. Exit status 1 when
@@ -135,6 +140,51 @@ func runOrdersCancel(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	o, err := c.Cancel(ctx, id)
+	if err != nil {
+		return apiFailure(err)
+	}
+	return writeOrder(stdout, o, *f.asJSON)
+}
+
+func runOrdersExtend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("orders extend", stderr)
+	f := addAPIFlags(fs, "the extended order as JSON instead of a table")
+	expiresAt := fs.String("expires-at", "", "the new end of the payment window, RFC 3339 (2030-01-02T15:04:05Z)")
+	timeout := fs.Duration("timeout", 0, positive, "the new payment window, from the server's now (30m, 2h)")
+	// One order's deadline: never from an environment that may hold
+	// another command's LAPSE_TIMEOUT.
+	fs.commandLineOnly("expires-at")
+	fs.commandLineOnly("timeout")
+	if len(args) > 1 && !strings.HasPrefix(args[0], "-") {
+		// `extend ID --timeout 30m` as the usage writes it: the id moved
+		// behind the flags, where every other command takes its arguments.
+		args = append(slices.Clone(args[1:]), args[0])
+	}
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	if (*expiresAt == "") == (*timeout == 0) {
+		fmt.Fprintln(stderr, "lapse orders extend: give exactly one of --expires-at and --timeout")
+		return errUsage
+	}
+	var at time.Time
+	if *expiresAt != "" {
+		if at, err = time.Parse(time.RFC3339Nano, *expiresAt); err != nil {
+			fmt.Fprintf(stderr, "lapse orders extend: --expires-at %s: want an RFC 3339 time such as 2030-01-02T15:04:05Z\n", strconv.Quote(*expiresAt))
+			return errUsage
+		}
+	}
+	c, err := f.client(stderr, "orders extend")
+	if err != nil {
+		return err
+	}
+	var o order.Order
+	if *timeout != 0 {
+		o, err = c.ExtendFor(ctx, id, *timeout)
+	} else {
+		o, err = c.Extend(ctx, id, at)
+	}
 	if err != nil {
 		return apiFailure(err)
 	}

@@ -76,6 +76,20 @@ func TestOrdersCommands(t *testing.T) {
 	if !strings.Contains(out, "status            CANCELLED\n") || !strings.Contains(out, "(buyer)") {
 		t.Fatalf("orders cancel o1:\n%s", out)
 	}
+	at := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	out = run(withToken, 0, "orders", "extend", "o3", "--expires-at", at.Format(time.RFC3339))
+	if !strings.Contains(out, "status            PENDING\n") || !strings.Contains(out, "expires_at        "+order.FormatTime(at)+"\n") {
+		t.Fatalf("orders extend o3 --expires-at %s:\n%s", at.Format(time.RFC3339), out)
+	}
+	before := time.Now()
+	out = run(withToken, 0, "orders", "extend", "--json", "--timeout", "90m", "o3")
+	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Status != order.Pending ||
+		o.ExpiresAt.Before(before.Add(90*time.Minute).Truncate(time.Millisecond)) || o.ExpiresAt.After(time.Now().Add(90*time.Minute)) {
+		t.Fatalf("orders extend --timeout 90m --json: %+v, %v:\n%s", o, err, out)
+	}
+	if out := run(withToken, 1, "orders", "extend", "o1", "--timeout", "1h"); out != "lapse orders: order_not_pending: the order is not PENDING\n" {
+		t.Fatalf("orders extend of the cancelled o1:\n%s", out)
+	}
 	// The API's refusals: exit 1 with the code and message.
 	if out := run(withToken, 1, "orders", "cancel", "o1"); out != "lapse orders: order_not_pending: the order is not PENDING\n" {
 		t.Fatalf("orders cancel o1 again:\n%s", out)
@@ -94,6 +108,8 @@ func TestOrdersCommands(t *testing.T) {
 		{"orders"}, {"orders", "frob"}, {"orders", "get"}, {"orders", "get", "a", "b"}, {"orders", "cancel"},
 		{"orders", "list", "--status", "LOST"}, {"orders", "list", "--limit", "0"}, {"orders", "get", "--server", "ftp://x", "o1"},
 		{"orders", "get", "--api-token", "x", "--api-token-file", tokenFile, "o1"}, {"events", "tail", "--interval", "1ms"},
+		{"orders", "extend", "o3"}, {"orders", "extend", "--timeout", "1h", "--expires-at", at.Format(time.RFC3339), "o3"},
+		{"orders", "extend", "--expires-at", "tomorrow", "o3"}, {"orders", "extend", "--timeout", "0s", "o3"}, {"orders", "extend", "--timeout", "1h"},
 	} {
 		run(withToken, 2, args...)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
@@ -32,6 +33,10 @@ func TestStorePayloadsMatchTheSchemas(t *testing.T) {
 	if _, err := st.CompletePayment(ctx, store.PaymentParams{OrderID: "paid", PaymentID: "pi_1", AmountCents: 1000}); err != nil {
 		t.Fatal(err)
 	}
+	o := storetest.Create(t, st, "moved", "a")
+	if _, err := st.Extend(ctx, store.ExtendParams{OrderID: "moved", ExpiresAt: o.ExpiresAt.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	storetest.Create(t, st, "late", "a")
 	if _, err := st.CancelOrder(ctx, "late"); err != nil {
 		t.Fatal(err)
@@ -58,7 +63,7 @@ func TestStorePayloadsMatchTheSchemas(t *testing.T) {
 			t.Errorf("envelope of %s: %v", e.ID, err)
 		}
 	}
-	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired} {
+	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired, order.EventExtended} {
 		if !seen[typ] {
 			t.Errorf("the store wrote no %s event", typ)
 		}

@@ -52,7 +52,7 @@ func schemas(t *testing.T) map[string]*jsonschema.Schema {
 		}
 		out[filepath.Base(f)] = s
 	}
-	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired} {
+	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired, order.EventExtended} {
 		if out[typ+".schema.json"] == nil {
 			t.Errorf("no schema for %s in %s", typ, schemaDir)
 		}
@@ -137,6 +137,10 @@ func TestEventSchemas(t *testing.T) {
 	buyerCancelled.CancelReason = order.ReasonBuyer
 	cancelledThenPaid := cancelled
 	cancelledThenPaid.RefundRequired, cancelledThenPaid.PaymentID, cancelledThenPaid.Version = true, "pi_late", 3
+	extended := created
+	extended.ExpiresAt, extended.CancelAfter, extended.Version = created.ExpiresAt.Add(time.Hour), created.CancelAfter.Add(time.Hour), 2
+	extendedAfterFailure := extended
+	extendedAfterFailure.PaymentAttempts, extendedAfterFailure.PaymentID, extendedAfterFailure.Version = 1, "pi_3Nq7", 4
 	refund := func(id string, cents int64) map[string]any {
 		return map[string]any{"refund": map[string]any{"payment_id": id, "amount_cents": cents}}
 	}
@@ -151,6 +155,8 @@ func TestEventSchemas(t *testing.T) {
 		{order.EventCancelled, payload(t, buyerCancelled, nil)},
 		{order.EventRefundRequired, payload(t, cancelledThenPaid, refund("pi_late", 4999))},
 		{order.EventRefundRequired, payload(t, paidTwice, refund("pi_3Nq8", 4999))},
+		{order.EventExtended, payload(t, extended, nil)},
+		{order.EventExtended, payload(t, extendedAfterFailure, nil)},
 		// Additive changes keep version 1: a property receivers do not know yet.
 		{order.EventPaid, edit(t, payload(t, paid, nil), func(m map[string]any) { m["loyalty_points"] = 12 })},
 	}
@@ -187,6 +193,7 @@ func TestEventSchemas(t *testing.T) {
 		order.EventPaid:           payload(t, paid, nil),
 		order.EventCancelled:      payload(t, cancelled, nil),
 		order.EventRefundRequired: payload(t, cancelledThenPaid, refund("pi_late", 4999)),
+		order.EventExtended:       payload(t, extended, nil),
 	}
 	invalid := []struct {
 		name string
@@ -212,6 +219,11 @@ func TestEventSchemas(t *testing.T) {
 		{"time not in UTC", order.EventCreated, func(m map[string]any) { m["created_at"] = "2025-03-14T10:26:53.589+01:00" }},
 		{"time without milliseconds", order.EventCreated, func(m map[string]any) { m["expires_at"] = "2025-03-14T09:41:53Z" }},
 		{"currency in lower case", order.EventCreated, func(m map[string]any) { m["currency"] = "eur" }},
+		{"extended but PAYING", order.EventExtended, func(m map[string]any) { m["status"] = "PAYING" }},
+		{"extended but CANCELLED", order.EventExtended, func(m map[string]any) {
+			m["status"], m["cancelled_at"], m["cancel_reason"] = "CANCELLED", m["expires_at"], "timeout"
+		}},
+		{"extended without expires_at", order.EventExtended, func(m map[string]any) { delete(m, "expires_at") }},
 	}
 	for _, c := range invalid {
 		b := edit(t, base[c.typ], c.fn)
@@ -240,10 +252,13 @@ func TestEventSchemas(t *testing.T) {
 	}
 	for name, fn := range map[string]func(m map[string]any){
 		"order.paid around a PENDING order": func(m map[string]any) { m["data"] = decodeMap(t, base[order.EventCreated]) },
-		"no id":                             func(m map[string]any) { delete(m, "id") },
-		"an id that is no UUID":             func(m map[string]any) { m["id"] = "evt-1" },
-		"no data":                           func(m map[string]any) { delete(m, "data") },
-		"no created_at":                     func(m map[string]any) { delete(m, "created_at") },
+		"order.extended around a PAID order": func(m map[string]any) {
+			m["type"] = order.EventExtended
+		},
+		"no id":                 func(m map[string]any) { delete(m, "id") },
+		"an id that is no UUID": func(m map[string]any) { m["id"] = "evt-1" },
+		"no data":               func(m map[string]any) { delete(m, "data") },
+		"no created_at":         func(m map[string]any) { delete(m, "created_at") },
 	} {
 		if err := s["envelope.schema.json"].Validate(decode(t, edit(t, good, fn))); err == nil {
 			t.Errorf("envelope with %s validates; want it refused", name)

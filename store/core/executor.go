@@ -114,6 +114,10 @@ type Executor interface {
 	// EndPayment moves an open attempt (PENDING or SUPERSEDED) to status;
 	// ok=false when the order has no open attempt by that id.
 	EndPayment(ctx context.Context, orderID, paymentID string, status order.PaymentStatus, now time.Time) (bool, error)
+	// ExtendOrder: PENDING with expires_at > now → expires_at = expiresAt
+	// and cancel_after = expiresAt + (cancel_after - expires_at), the grace
+	// kept, version + 1.
+	ExtendOrder(ctx context.Context, id string, expiresAt, now time.Time) (order.Order, bool, error)
 	// BuyerCancel: PENDING → CANCELLED (reason buyer).
 	BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error)
 	// CancelDue cancels (reason timeout) those of a batch that are due and

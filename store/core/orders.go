@@ -642,3 +642,58 @@ func (s *Store) OrderOfPayment(ctx context.Context, paymentID string) (string, e
 	}
 	return ids[0], nil
 }
+
+// Extend implements store.Orders: extendIn in a transaction of its own.
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) (order.Order, error) {
+	var o order.Order
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		var err error
+		o, err = s.extendIn(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return o, fmt.Errorf("extend order %s: %w", p.OrderID, err)
+	}
+	return o, nil
+}
+
+// extendIn moves the deadline of a PENDING order whose expires_at is still
+// ahead, in tx, with its order.extended event: one guarded UPDATE decides,
+// so a timeout cancel at the deadline and an extend never both win (the
+// cancel needs cancel_after <= now, the extend expires_at > now, and
+// cancel_after >= expires_at). A window that has closed stays closed: in
+// its grace the order's timer may be cancelling it at this moment. An
+// error leaves tx to be rolled back.
+func (s *Store) extendIn(ctx context.Context, tx *Tx, p store.ExtendParams) (order.Order, error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return order.Order{}, err
+	}
+	at := p.ExpiresAt.UTC().Truncate(time.Millisecond)
+	if !at.After(now) {
+		return order.Order{}, fmt.Errorf("%w: expires_at %s is not after now (%s)", store.ErrInvalid,
+			at.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	for range 2 {
+		o, ok, err := tx.ExtendOrder(ctx, p.OrderID, at, now)
+		if err != nil {
+			return order.Order{}, err
+		}
+		if ok {
+			return o, s.effects(ctx, tx, now, MoveNone, order.EventExtended, o)
+		}
+		// It matched nothing: say why, from the row as it is, held.
+		if o, err = tx.LockOrder(ctx, p.OrderID); err != nil {
+			return order.Order{}, err
+		}
+		switch {
+		case o.Status != order.Pending:
+			return order.Order{}, store.ErrNotPending
+		case !o.ExpiresAt.After(now):
+			return order.Order{}, store.ErrOrderExpired
+		}
+		// PENDING again with its window open (a failed payment put it back
+		// after the UPDATE looked): locked now, so the next UPDATE decides.
+	}
+	return order.Order{}, fmt.Errorf("order changed while locked")
+}

@@ -293,6 +293,11 @@ func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, sta
 	return n == 1, err
 }
 
+// ExtendOrder implements core.Executor.
+func (e executor) ExtendOrder(ctx context.Context, id string, expiresAt, now time.Time) (order.Order, bool, error) {
+	return e.transition(ctx, id, q.Get("extend_order"), expiresAt, expiresAt, id, now)
+}
+
 // BuyerCancel implements core.Executor.
 func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
 	return e.transition(ctx, id, q.Get("buyer_cancel"), now, id)

@@ -216,6 +216,17 @@ UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = ? AND payment_id 
 UPDATE payments SET status = ?, updated_at = ?
 WHERE order_id = ? AND payment_id = ? AND status IN ('PENDING', 'SUPERSEDED');
 
+-- name: extend_order
+-- Params: the new expires_at (twice), id, now. cancel_after moves with
+-- expires_at, keeping the order's grace. It is assigned first: MySQL
+-- evaluates a single-table UPDATE's assignments left to right, each seeing
+-- the ones before, so after expires_at it would read the new value. Only a
+-- PENDING order whose payment window is still open moves: once it has
+-- closed, the timer may be cancelling the order.
+UPDATE orders SET cancel_after = TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, expires_at, cancel_after), ?),
+    expires_at = ?, version = version + 1
+WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
+
 -- name: buyer_cancel
 -- Params: now, id.
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'buyer', version = version + 1

@@ -65,6 +65,7 @@ WHERE o.refund_required <> (r.n IS NOT NULL);
 -- name: events_once_per_transition
 -- order.created once per order, order.paid once per PAID order, order.cancelled
 -- once per CANCELLED order, order.refund_required once per payment to give back, and none elsewhere.
+-- order.extended (a deadline moved) may come any number of times: it is not counted.
 SELECT 'order ' || o.id || ' (' || o.status || '): created ' || COALESCE(e.created, 0) || ', paid '
        || COALESCE(e.paid, 0) || ', cancelled ' || COALESCE(e.cancelled, 0) || ', refund_required '
        || COALESCE(e.refund, 0) AS detail

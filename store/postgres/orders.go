@@ -249,6 +249,11 @@ func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, sta
 	return tag.RowsAffected() == 1, err
 }
 
+// ExtendOrder implements core.Executor.
+func (e executor) ExtendOrder(ctx context.Context, id string, expiresAt, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "extend_order", id, expiresAt, now)
+}
+
 // BuyerCancel implements core.Executor.
 func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
 	return e.one(ctx, id, "buyer_cancel", id, now)

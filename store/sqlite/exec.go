@@ -359,6 +359,11 @@ func (e executor) EndPayment(ctx context.Context, orderID, paymentID string, sta
 	return n == 1, err
 }
 
+// ExtendOrder implements core.Executor.
+func (e executor) ExtendOrder(ctx context.Context, id string, expiresAt, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, "extend_order", id, ms(expiresAt), ms(now))
+}
+
 // BuyerCancel implements core.Executor.
 func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (order.Order, bool, error) {
 	return e.one(ctx, "buyer_cancel", id, ms(now))

@@ -128,6 +128,16 @@ WHERE id = ?1 AND status = 'PAYING' AND (payment_id = ?2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
+-- name: extend_order
+-- ?1 id, ?2 the new expires_at, ?3 now. cancel_after moves with expires_at,
+-- keeping the order's grace (the right side reads the row as it was). Only a
+-- PENDING order whose payment window is still open moves: once it has
+-- closed, the timer may be cancelling the order.
+UPDATE orders SET expires_at = ?2, cancel_after = ?2 + (cancel_after - expires_at), version = version + 1
+WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?3
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
 -- name: buyer_cancel
 UPDATE orders SET status = 'CANCELLED', cancelled_at = ?2, cancel_reason = 'buyer', version = version + 1
 WHERE id = ?1 AND status = 'PENDING'

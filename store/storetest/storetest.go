@@ -55,6 +55,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("payment starts and reports sent at once are answered as if alone", func(t *testing.T) { testPaymentsAtOnce(t, newStore) })
 	t.Run("stock is released and committed at most once", func(t *testing.T) { testStockOnce(t, newStore) })
 	t.Run("every transition writes its outbox event", func(t *testing.T) { testOutbox(t, newStore) })
+	exerciseExtend(t, newStore)
 	exerciseOutbox(t, newStore)
 	t.Run("a store names its data the same way every time, and another database another way", func(t *testing.T) { testIdentity(t, newStore) })
 	exerciseTasks(t, newStore)

@@ -325,7 +325,7 @@ type EventDelivery struct {
 	Seq  int    `json:"seq"`
 	Sink string `json:"sink"`
 
-	// Type order.created, order.paid, order.cancelled, order.refund_required
+	// Type order.created, order.paid, order.cancelled, order.refund_required, order.extended
 	Type string `json:"type"`
 }
 
@@ -588,6 +588,12 @@ type CreateOrderParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// ExtendOrderJSONBody defines parameters for ExtendOrder.
+type ExtendOrderJSONBody struct {
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	TimeoutSeconds *float64   `json:"timeout_seconds,omitempty"`
+}
+
 // PayOrderJSONBody defines parameters for PayOrder.
 type PayOrderJSONBody struct {
 	PaymentId *string `json:"payment_id,omitempty"`
@@ -669,6 +675,9 @@ type RetryEventsJSONRequestBody RetryEventsJSONBody
 
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = CreateOrder
+
+// ExtendOrderJSONRequestBody defines body for ExtendOrder for application/json ContentType.
+type ExtendOrderJSONRequestBody ExtendOrderJSONBody
 
 // PayOrderJSONRequestBody defines body for PayOrder for application/json ContentType.
 type PayOrderJSONRequestBody PayOrderJSONBody
@@ -1080,6 +1089,32 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 	CancelOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExtendOrderWithBody Move the deadline of a PENDING order, later or earlier (its timer follows)
+	//
+	// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+	// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+	// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+	// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+	// has passed its timer may be cancelling it (409 order_expired).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithBody(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendOrder Move the deadline of a PENDING order, later or earlier (its timer follows)
+	//
+	// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+	// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+	// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+	// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+	// has passed its timer may be cancelling it (409 order_expired).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrder(ctx context.Context, id OrderID, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PayOrderWithBody Start a payment attempt (PENDING with expires_at ahead → PAYING; the same attempt again → 200, nothing changes)
 	//
 	// Each pay is one payment attempt, named by payment_id: the id the client uses at the gateway for
@@ -1409,6 +1444,52 @@ func (c *Client) GetOrder(ctx context.Context, id OrderID, reqEditors ...Request
 // Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 func (c *Client) CancelOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelOrderRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendOrderWithBody Move the deadline of a PENDING order, later or earlier (its timer follows)
+//
+// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+// has passed its timer may be cancelling it (409 order_expired).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *Client) ExtendOrderWithBody(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendOrderRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendOrder Move the deadline of a PENDING order, later or earlier (its timer follows)
+//
+// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+// has passed its timer may be cancelling it (409 order_expired).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *Client) ExtendOrder(ctx context.Context, id OrderID, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendOrderRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2122,6 +2203,53 @@ func NewCancelOrderRequest(server string, id OrderID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewExtendOrderRequest calls the generic ExtendOrder builder with application/json body
+func NewExtendOrderRequest(server string, id OrderID, body ExtendOrderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExtendOrderRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExtendOrderRequestWithBody constructs an http.Request for the ExtendOrder method, with any body, and a specified content type
+func NewExtendOrderRequestWithBody(server string, id OrderID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders/%s/extend", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPayOrderRequest calls the generic PayOrder builder with application/json body
 func NewPayOrderRequest(server string, id OrderID, body PayOrderJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2634,6 +2762,32 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 	CancelOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
+
+	// ExtendOrderWithBodyWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
+	//
+	// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+	// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+	// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+	// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+	// has passed its timer may be cancelling it (409 order_expired).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithBodyWithResponse(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error)
+
+	// ExtendOrderWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
+	//
+	// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+	// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+	// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+	// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+	// has passed its timer may be cancelling it (409 order_expired).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithResponse(ctx context.Context, id OrderID, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error)
 
 	// PayOrderWithBodyWithResponse Start a payment attempt (PENDING with expires_at ahead → PAYING; the same attempt again → 200, nothing changes)
 	//
@@ -3654,6 +3808,131 @@ func (r CancelOrderResponse) ContentType() string {
 	return ""
 }
 
+// ExtendOrderResponse401Headers the declared response headers of an HTTP 401 response for ExtendOrder
+type ExtendOrderResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ExtendOrderResponse429Headers the declared response headers of an HTTP 429 response for ExtendOrder
+type ExtendOrderResponse429Headers struct {
+	RetryAfter *int
+}
+
+type ExtendOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Order
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *OrderNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExtendOrderResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExtendOrderResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExtendOrderResponse) GetJSON200() *Order {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExtendOrderResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ExtendOrderResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ExtendOrderResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExtendOrderResponse) GetJSON404() *OrderNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExtendOrderResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ExtendOrderResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r ExtendOrderResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ExtendOrderResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ExtendOrderResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ExtendOrderResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExtendOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExtendOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExtendOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExtendOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PayOrderResponse401Headers the declared response headers of an HTTP 401 response for PayOrder
 type PayOrderResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4549,6 +4828,44 @@ func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id Or
 		return nil, err
 	}
 	return ParseCancelOrderResponse(rsp)
+}
+
+// ExtendOrderWithBodyWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
+//
+// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+// has passed its timer may be cancelling it (409 order_expired).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *ClientWithResponses) ExtendOrderWithBodyWithResponse(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error) {
+	rsp, err := c.ExtendOrderWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendOrderResponse(rsp)
+}
+
+// ExtendOrderWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
+//
+// Exactly one of expires_at (the new end of the payment window, RFC 3339) and timeout_seconds
+// (the window from now); it must end in the future and at most --max-timeout from now. cancel_after
+// moves with expires_at, the order's grace kept, and the order's cancel timer is set for it;
+// order.extended is written. Only a PENDING order whose window is still open moves: once expires_at
+// has passed its timer may be cancelling it (409 order_expired).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *ClientWithResponses) ExtendOrderWithResponse(ctx context.Context, id OrderID, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error) {
+	rsp, err := c.ExtendOrder(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendOrderResponse(rsp)
 }
 
 // PayOrderWithBodyWithResponse Start a payment attempt (PENDING with expires_at ahead → PAYING; the same attempt again → 200, nothing changes)
@@ -5530,6 +5847,125 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelOrderResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExtendOrderResponse parses an HTTP response from a ExtendOrderWithResponse call
+func ParseExtendOrderResponse(rsp *http.Response) (*ExtendOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExtendOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Order
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest OrderNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ExtendOrderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExtendOrderResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
