@@ -12,6 +12,7 @@ package lapse
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -24,6 +25,7 @@ type ops struct {
 	complete func(context.Context, store.PaymentParams) (store.PaymentResult, error)
 	fail     func(context.Context, store.PaymentParams) (store.PaymentResult, error)
 	cancel   func(context.Context, string) (order.Order, error)
+	extend   func(context.Context, store.ExtendParams) (order.Order, error)
 	// joined: the caller's transaction, which may still roll back.
 	joined bool
 }
@@ -31,7 +33,7 @@ type ops struct {
 // own is lapse's own transactions.
 func (s *Service) own() ops {
 	return ops{create: s.store.CreateOrder, start: s.store.StartPayment, complete: s.store.CompletePayment,
-		fail: s.store.FailPayment, cancel: s.store.CancelOrder}
+		fail: s.store.FailPayment, cancel: s.store.CancelOrder, extend: s.store.Extend}
 }
 
 // in is the caller's transaction tx.
@@ -50,6 +52,9 @@ func (s *Service) in(tx store.Tx) ops {
 			return s.store.FailPaymentTx(ctx, tx, p)
 		},
 		cancel: func(ctx context.Context, id string) (order.Order, error) { return s.store.CancelOrderTx(ctx, tx, id) },
+		extend: func(ctx context.Context, p store.ExtendParams) (order.Order, error) {
+			return s.store.ExtendTx(ctx, tx, p)
+		},
 		joined: true,
 	}
 }
@@ -85,6 +90,15 @@ func (s *Service) PayAttemptTx(ctx context.Context, tx store.Tx, id, paymentID s
 // transition commits with the caller's own (its order row marked paid, say).
 func (s *Service) NotifyTx(ctx context.Context, tx store.Tx, n Notification) (store.PaymentResult, error) {
 	return s.notify(ctx, s.in(tx), n)
+}
+
+// ExtendTx is Extend inside the caller's transaction tx. The timer is set
+// for the new deadline at once; if the caller rolls back, the old timer may
+// have been replaced by one that fires later, and the fallback sweep (or
+// the old timer, where a backend cannot replace one) cancels the order —
+// late, never early.
+func (s *Service) ExtendTx(ctx context.Context, tx store.Tx, id string, expiresAt time.Time) (order.Order, error) {
+	return s.extend(ctx, s.in(tx), id, expiresAt)
 }
 
 // CancelTx is Cancel (the buyer's) inside the caller's transaction tx.

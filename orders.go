@@ -245,6 +245,11 @@ func (s *Service) cancelOrder(ctx context.Context, ops ops, id string) (order.Or
 // (expires_at), ErrNotFound, ErrOrderExpired (the window has closed: the
 // timer may be cancelling the order), ErrNotPending.
 func (s *Service) Extend(ctx context.Context, id string, expiresAt time.Time) (order.Order, error) {
+	return s.extend(ctx, s.own(), id, expiresAt)
+}
+
+// extend is Extend and ExtendTx.
+func (s *Service) extend(ctx context.Context, ops ops, id string, expiresAt time.Time) (order.Order, error) {
 	now := time.Now()
 	switch {
 	case !expiresAt.After(now):
@@ -252,7 +257,7 @@ func (s *Service) Extend(ctx context.Context, id string, expiresAt time.Time) (o
 	case expiresAt.Sub(now) > s.cfg.MaxTimeout:
 		return order.Order{}, invalid("expires_at", "must be at most %g seconds from now", s.cfg.MaxTimeout.Seconds())
 	}
-	o, err := s.store.Extend(ctx, store.ExtendParams{OrderID: id, ExpiresAt: expiresAt})
+	o, err := ops.extend(ctx, store.ExtendParams{OrderID: id, ExpiresAt: expiresAt})
 	if errors.Is(err, store.ErrInvalid) {
 		// In the future by this clock, not by the store's.
 		return order.Order{}, invalid("expires_at", "must be in the future (by the store's clock)")

@@ -176,6 +176,7 @@ type TxOrders interface {
 	CompletePaymentTx(ctx context.Context, tx Tx, p PaymentParams) (PaymentResult, error)
 	FailPaymentTx(ctx context.Context, tx Tx, p PaymentParams) (PaymentResult, error)
 	CancelOrderTx(ctx context.Context, tx Tx, id string) (order.Order, error)
+	ExtendTx(ctx context.Context, tx Tx, p ExtendParams) (order.Order, error)
 }
 
 // Hook events: the transitions an embedding service's hooks run in

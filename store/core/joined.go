@@ -101,4 +101,11 @@ func (s *Store) CancelOrderTx(ctx context.Context, tx store.Tx, id string) (orde
 	})
 }
 
+// ExtendTx implements store.TxOrders.
+func (s *Store) ExtendTx(ctx context.Context, tx store.Tx, p store.ExtendParams) (order.Order, error) {
+	return inCaller(ctx, s, tx, "extend order "+p.OrderID, func(tx *Tx) (order.Order, error) {
+		return s.extendIn(ctx, tx, p)
+	})
+}
+
 var _ store.TxOrders = (*Store)(nil)

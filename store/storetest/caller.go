@@ -72,3 +72,7 @@ func (c *callerStore) FailPayment(ctx context.Context, p store.PaymentParams) (s
 func (c *callerStore) CancelOrder(ctx context.Context, id string) (order.Order, error) {
 	return inTx(ctx, c, func(tx store.Tx) (order.Order, error) { return c.Store.CancelOrderTx(ctx, tx, id) })
 }
+
+func (c *callerStore) Extend(ctx context.Context, p store.ExtendParams) (order.Order, error) {
+	return inTx(ctx, c, func(tx store.Tx) (order.Order, error) { return c.Store.ExtendTx(ctx, tx, p) })
+}
