@@ -78,6 +78,14 @@ func (s *Service) CreateOrder(ctx context.Context, r CreateOrderRequest) (Create
 	if s.cfg.InventoryReserve {
 		res, err = s.createReserving(ctx, p, r.ID == "" && r.IdempotencyKey != "")
 	} else {
+		if p.ReservationID != "" {
+			// Read before the store's transaction: no network call runs
+			// inside one.
+			p.ReplayOnly = s.checkReservation(ctx, p, r.ID != "")
+			if p.ReplayOnly != nil && p.IdempotencyKey == "" {
+				return CreateOrderResult{}, p.ReplayOnly // nothing to replay
+			}
+		}
 		res, err = s.store.CreateOrder(ctx, p)
 	}
 	if err != nil {
