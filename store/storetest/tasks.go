@@ -21,6 +21,52 @@ func exerciseTasks(t *testing.T, newStore Factory) {
 	t.Run("stock tasks: claims lease, a stale claim cannot settle, failures back off, the dead wait for a retry", func(t *testing.T) { testTasksLifecycle(t, newStore) })
 	t.Run("stock tasks: concurrent dispatchers never hold one task twice", func(t *testing.T) { testTasksConcurrentClaims(t, newStore) })
 	t.Run("stock tasks: a create that may only replay writes nothing, or replays its key's order", func(t *testing.T) { testCreateReplayOnly(t, newStore) })
+	t.Run("stock tasks: task refs page every task, DONE ones too, in id order", func(t *testing.T) { testTaskRefs(t, newStore) })
+}
+
+func testTaskRefs(t *testing.T, newStore Factory) {
+	s := newStore(t, clock.NewFake(t0))
+	ctx := context.Background()
+	if refs, err := s.TaskRefs(ctx, "", 10); err != nil || len(refs) != 0 {
+		t.Fatalf("refs of no task: %+v, %v", refs, err)
+	}
+	CreateRemote(t, s, "tr-c", "far")
+	CreateRemote(t, s, "tr-p", "far")
+	into(t, s, "tr-c", order.Cancelled)
+	into(t, s, "tr-p", order.Paid)
+	claimed := claimTasks(t, s, 10, time.Minute)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %v, want a release and a confirm", taskNames(claimed))
+	}
+	settleTasks(t, s, store.TaskOutcome{ID: claimed[0].ID, Attempts: claimed[0].Attempts, Done: true, Result: "REPLENISH_SUCCESS",
+		Action: claimed[0].Action, OrderID: claimed[0].OrderID, ReservationID: claimed[0].ReservationID})
+	want := map[string]store.TaskRef{}
+	for _, c := range claimed {
+		want[c.ID] = store.TaskRef{ID: c.ID, OrderID: c.OrderID, Action: c.Action, ReservationID: c.ReservationID}
+	}
+	var got []store.TaskRef
+	for after := ""; ; {
+		page, err := s.TaskRefs(ctx, after, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		if len(page) != 1 || page[0].ID <= after {
+			t.Fatalf("page after %q: %+v, want one task after it", after, page)
+		}
+		got = append(got, page[0])
+		after = page[0].ID
+	}
+	if len(got) != 2 || got[0] != want[got[0].ID] || got[1] != want[got[1].ID] || got[0].ID == got[1].ID {
+		t.Fatalf("refs %+v, want %+v (the DONE one too)", got, want)
+	}
+	for _, r := range got {
+		if r.ReservationID != "res-"+r.OrderID || (r.OrderID == "tr-c") != (r.Action == order.TaskRelease) {
+			t.Errorf("ref %+v: want tr-c's release and tr-p's confirm, each on its reservation", r)
+		}
+	}
 }
 
 // A refused caller's reservation (store.CreateOrderParams.ReplayOnly) writes
