@@ -46,7 +46,31 @@ var (
 	// by the dispatcher (its stock given back if the order is not created),
 	// and a retry of the create with the same Idempotency-Key picks it up.
 	ErrReservationUnknown = errors.New("lapse: the inventory did not answer the reservation; retry the create with the same Idempotency-Key")
+	// ErrReservationNotHeld: the inventory reports the caller's reservation
+	// as not holding stock — unknown to it, released, or confirmed (sold,
+	// for another order perhaps). Matched by a *ReservationError.
+	ErrReservationNotHeld = errors.New("lapse: the inventory holds no stock under this reservation")
+	// ErrReservationMismatch: the caller's reservation holds other items
+	// than the order's, or names another order. Matched by a
+	// *ReservationError.
+	ErrReservationMismatch = errors.New("lapse: the reservation is not this order's")
 )
+
+// ReservationError refuses a caller's reservation for what the inventory
+// reports of it (Service.CreateOrder). Err is ErrReservationNotHeld or
+// ErrReservationMismatch; Detail says what the inventory holds.
+type ReservationError struct {
+	Err           error
+	ReservationID string
+	Detail        string
+}
+
+func (e *ReservationError) Error() string {
+	return fmt.Sprintf("reservation %q: %s", e.ReservationID, e.Detail)
+}
+
+// Unwrap returns Err.
+func (e *ReservationError) Unwrap() error { return e.Err }
 
 // InvalidError is a request that fails validation. Code is stable (clients
 // may switch on it); Field names the offending input.

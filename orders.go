@@ -87,6 +87,16 @@ func (s *Service) create(ctx context.Context, ops ops, r CreateOrderRequest) (Cr
 	case s.cfg.InventoryReserve:
 		res, err = s.createReserving(ctx, p, r.ID == "" && r.IdempotencyKey != "")
 	default:
+		if p.ReservationID != "" && !ops.joined {
+			// Read before the store's transaction: no network call runs
+			// inside one (so not in a caller's transaction either: there the
+			// reservation is taken as sent, and reconcile --check-items
+			// finds a difference later).
+			p.ReplayOnly = s.checkReservation(ctx, p, r.ID != "")
+			if p.ReplayOnly != nil && p.IdempotencyKey == "" {
+				return CreateOrderResult{}, p.ReplayOnly // nothing to replay
+			}
+		}
 		res, err = ops.create(ctx, p)
 	}
 	if err != nil {

@@ -80,6 +80,52 @@ func (s *Service) createReserving(ctx context.Context, p store.CreateOrderParams
 	return store.CreateOrderResult{}, fmt.Errorf("reserve order %s: the inventory answered %q", p.ID, a.Result)
 }
 
+// checkReservation reads what the inventory holds under the caller's
+// reservation p.ReservationID, where its transport can read
+// (inventory.Inspector: HTTP, not AMQP), and returns why the order must not
+// take it, or nil:
+//   - a *ReservationError with ErrReservationNotHeld when the inventory does
+//     not know it or has it released or confirmed (already sold: taken on
+//     trust, the order would be paid for stock another sale holds);
+//   - a *ReservationError with ErrReservationMismatch when it holds other
+//     units of some SKU than the order, or was reserved for another order
+//     (only when both the inventory recorded an order id and the caller
+//     named the order's: idGiven);
+//   - ErrReservationUnknown when the inventory did not answer.
+//
+// The caller lets the store replay the order of the request's idempotency
+// key even so (store.CreateOrderParams.ReplayOnly): a create that succeeded
+// before is answered the same, whatever became of its reservation since.
+func (s *Service) checkReservation(ctx context.Context, p store.CreateOrderParams, idGiven bool) error {
+	insp, ok := s.cfg.Inventory.(inventory.Inspector)
+	if !ok || p.ReservationID == "" {
+		return nil
+	}
+	res, err := insp.Reservation(ctx, p.ReservationID)
+	refuse := func(kind error, format string, args ...any) error {
+		return &ReservationError{Err: kind, ReservationID: p.ReservationID, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case errors.Is(err, inventory.ErrUnknownReservation):
+		return refuse(ErrReservationNotHeld, "the inventory does not know it: reserve the stock there first")
+	case err != nil:
+		s.log.Warn("inventory: could not read the caller's reservation; the create is refused", "order_id", p.ID, "reservation_id", p.ReservationID, "err", err)
+		return fmt.Errorf("read reservation %q at the inventory: %w: %w", p.ReservationID, ErrReservationUnknown, err)
+	case res.Status != inventory.StatusReserved:
+		return refuse(ErrReservationNotHeld, "the inventory reports it %q, not %s: no stock is held under it", res.Status, inventory.StatusReserved)
+	case idGiven && res.OrderID != "" && res.OrderID != p.ID:
+		return refuse(ErrReservationMismatch, "the inventory holds it for order %q, not %q", res.OrderID, p.ID)
+	}
+	items := make([]inventory.Item, len(p.Items))
+	for i, it := range p.Items {
+		items[i] = inventory.Item{SKU: it.SKU, Qty: it.Qty}
+	}
+	if diff := inventory.ItemsDiff(items, res.Items); diff != nil {
+		return refuse(ErrReservationMismatch, "it holds other items than the order: %s", inventory.DescribeDiff(diff))
+	}
+	return nil
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

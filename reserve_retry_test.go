@@ -3,6 +3,7 @@ package lapse_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -323,6 +324,11 @@ func TestRemoteStockReleaseAnsweredRedirectIsNeverDone(t *testing.T) {
 	var followed atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("/moved/", func(w http.ResponseWriter, r *http.Request) { followed.Add(1); w.WriteHeader(http.StatusOK) })
+	// The create reads the caller's reservation: that read is answered.
+	mux.HandleFunc("GET /reservations/r-m1", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"reservation_id":"r-m1","status":"RESERVED","items":[{"sku":"tee","qty":2}],"ledger":[]}`)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/moved"+r.URL.Path, http.StatusMovedPermanently)
 	})

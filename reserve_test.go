@@ -87,8 +87,13 @@ func TestRemoteStockTakesTheCallersReservationAndReleasesItOnCancel(t *testing.T
 	if err != nil || res.Order.ReservationID != "r-1" {
 		t.Fatalf("create: %+v, %v", res, err)
 	}
-	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: "o-2", Items: tee, AmountCents: 100, ReservationID: "r-1"}); !errors.Is(err, lapse.ErrReservationUsed) {
-		t.Fatalf("a second order on r-1: %v, want ErrReservationUsed", err)
+	// r-1 was reserved for o-1: the inventory says so to o-2; to an order
+	// without an id, the store's one order per reservation does.
+	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: "o-2", Items: tee, AmountCents: 100, ReservationID: "r-1"}); !errors.Is(err, lapse.ErrReservationMismatch) {
+		t.Fatalf("a second order on r-1: %v, want ErrReservationMismatch", err)
+	}
+	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{Items: tee, AmountCents: 100, ReservationID: "r-1"}); !errors.Is(err, lapse.ErrReservationUsed) {
+		t.Fatalf("a second order on r-1 without an id: %v, want ErrReservationUsed", err)
 	}
 	if _, err := svc.SetStock(ctx, "tee", 5); !errors.Is(err, lapse.ErrRemoteStock) {
 		t.Fatalf("set stock in remote mode: %v, want ErrRemoteStock", err)

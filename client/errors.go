@@ -50,6 +50,8 @@ const (
 	CodeOrderExists          = "order_exists"
 	CodeReservationUsed      = "reservation_used"
 	CodeReservationReleased  = "reservation_released"
+	CodeReservationNotHeld   = "reservation_not_held"
+	CodeReservationMismatch  = "reservation_mismatch"
 	CodeOrderExpired         = "order_expired"
 	CodeOrderNotPending      = "order_not_pending"
 	CodePaymentIDUsed        = "payment_id_used"

@@ -246,6 +246,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	var inv *lapse.InvalidError
 	var tooBig *http.MaxBytesError
+	var refused *lapse.ReservationError
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &tooBig):
@@ -272,6 +273,12 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, store.ErrReservationReleased):
 		ae = &apiError{http.StatusConflict, "reservation_released",
 			"the stock reserved for this order id was given back after an earlier try failed; create the order under a new id"}
+	case errors.As(err, &refused):
+		code := "reservation_mismatch"
+		if errors.Is(refused.Err, lapse.ErrReservationNotHeld) {
+			code = "reservation_not_held"
+		}
+		ae = &apiError{http.StatusConflict, code, refused.Error() + "; nothing was written"}
 	case errors.Is(err, lapse.ErrReservationUnknown):
 		ae = &apiError{http.StatusServiceUnavailable, "reservation_unknown",
 			"the inventory did not answer the reservation; retry the create with the same Idempotency-Key (nothing is held that lapse does not know about)"}

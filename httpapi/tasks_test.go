@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,47 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A caller's reservation is read at the inventory first: other items, or
+// stock no longer held there, are 409 with a stable code and nothing is
+// written; an inventory that does not answer is 503 reservation_unknown.
+func TestRemoteStockReservationCheckedOverHTTP(t *testing.T) {
+	st := inventorytest.SQLite(t)
+	ctx := context.Background()
+	if _, err := st.SetAvailable(ctx, "tee", 100); err != nil {
+		t.Fatal(err)
+	}
+	inv := reference.NewServer(st, reference.Config{Logger: discard})
+	if err := inv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inv.Stop() })
+	client := inventory.NewHTTPClient(inv.URL(), inventory.WithTimeout(2*time.Second))
+	e := newEnv(t, envConfig{Inventory: client})
+	send := func(c inventory.Command) {
+		t.Helper()
+		if a, err := client.Send(ctx, c); err != nil || a.Result != inventory.Success {
+			t.Fatalf("%s %s at the inventory: %+v, %v", c.Action, c.ReservationID, a, err)
+		}
+	}
+	send(inventory.Command{TaskID: "caller-1", Action: inventory.Reserve, ReservationID: "res-1", Items: []inventory.Item{{SKU: "tee", Qty: 1}}})
+	send(inventory.Command{TaskID: "caller-2", Action: inventory.Reserve, ReservationID: "res-2", Items: []inventory.Item{{SKU: "tee", Qty: 2}}})
+	send(inventory.Command{TaskID: "elsewhere-2", Action: inventory.Confirm, ReservationID: "res-2"})
+
+	r := e.do(t, "POST", "/v1/orders", createReq{ID: "x1", Items: []item{{"tee", 2}}, AmountCents: 100, ReservationID: "res-1"})
+	wantError(t, r, http.StatusConflict, "reservation_mismatch")
+	if !strings.Contains(string(r.Body), `\"tee\": order 2, reservation 1`) {
+		t.Errorf("the message does not name what differs: %s", r.Body)
+	}
+	wantError(t, e.do(t, "POST", "/v1/orders", createReq{ID: "x2", Items: []item{{"tee", 2}}, AmountCents: 100, ReservationID: "res-2"}), http.StatusConflict, "reservation_not_held")
+	inv.Stop()
+	wantError(t, e.do(t, "POST", "/v1/orders", createReq{ID: "x3", Items: []item{{"tee", 1}}, AmountCents: 100, ReservationID: "res-1"}), http.StatusServiceUnavailable, "reservation_unknown")
+	for _, id := range []string{"x1", "x2", "x3"} {
+		wantError(t, e.do(t, "GET", "/v1/orders/"+id, nil), http.StatusNotFound, "order_not_found")
+	}
+	if p := e.do(t, "GET", "/v1/orders", nil); !strings.Contains(string(p.Body), `"orders":[]`) {
+		t.Errorf("orders after the refused creates: %s", p.Body)
 	}
 }

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -233,5 +234,69 @@ func TestInventoryHTTPRedirectIsAnErrorNotFollowed(t *testing.T) {
 	}
 	if *moved != 0 {
 		t.Errorf("the redirect was followed %d times", *moved)
+	}
+}
+
+// The HTTP client reads a reservation as GET /reservations/{id} answers it;
+// 404 unknown_reservation is ErrUnknownReservation, any other status (a
+// redirect included, never followed) an error.
+func TestInventoryHTTPReadsAReservation(t *testing.T) {
+	st := inventorytest.SQLite(t)
+	ctx := context.Background()
+	if _, err := st.SetAvailable(ctx, "tee", 5); err != nil {
+		t.Fatal(err)
+	}
+	srv := reference.NewServer(st, reference.Config{})
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	c := inventory.NewHTTPClient(srv.URL())
+	t.Cleanup(func() { c.Close() })
+	insp, ok := c.(inventory.Inspector)
+	if !ok {
+		t.Fatal("the HTTP client is not an Inspector")
+	}
+	if a, err := c.Send(ctx, inventory.Command{TaskID: "t-1", Action: inventory.Reserve, ReservationID: "r 1/x", OrderID: "o-1",
+		Items: []inventory.Item{{SKU: "tee", Qty: 2}}}); err != nil || !a.Done() {
+		t.Fatalf("reserve: %+v, %v", a, err)
+	}
+	res, err := insp.Reservation(ctx, "r 1/x")
+	if err != nil || res.Status != inventory.StatusReserved || res.OrderID != "o-1" || len(res.Items) != 1 || res.Items[0] != (inventory.Item{SKU: "tee", Qty: 2}) ||
+		len(res.Ledger) != 1 || res.Ledger[0].TaskID != "t-1" || res.Ledger[0].Action != inventory.Reserve {
+		t.Fatalf("reservation: %+v, %v", res, err)
+	}
+	if _, err := insp.Reservation(ctx, "never"); !errors.Is(err, inventory.ErrUnknownReservation) {
+		t.Fatalf("an unknown reservation: %v, want ErrUnknownReservation", err)
+	}
+	f := &fixed{}
+	other := httptest.NewServer(f)
+	defer other.Close()
+	oc := inventory.NewHTTPClient(other.URL).(inventory.Inspector)
+	for _, tc := range []struct {
+		status int
+		body   string
+	}{{404, `not found`}, {301, ``}, {500, `{}`}, {200, `not json`}, {200, `{"reservation_id":"r"}`}} {
+		f.set(tc.status, tc.body)
+		if _, err := oc.Reservation(ctx, "r"); err == nil || errors.Is(err, inventory.ErrUnknownReservation) {
+			t.Errorf("status %d %q: %v, want an error (not unknown)", tc.status, tc.body, err)
+		}
+	}
+}
+
+func TestItemsDiff(t *testing.T) {
+	it := func(sku string, qty int64) inventory.Item { return inventory.Item{SKU: sku, Qty: qty} }
+	for _, tc := range []struct {
+		order, res []inventory.Item
+		want       string
+	}{
+		{[]inventory.Item{it("a", 2), it("b", 1)}, []inventory.Item{it("b", 1), it("a", 1), it("a", 1)}, ""},
+		{[]inventory.Item{it("a", 2)}, []inventory.Item{it("a", 1)}, `"a": order 2, reservation 1`},
+		{[]inventory.Item{it("a", 1)}, []inventory.Item{it("a", 1), it("z", 3)}, `"z": order 0, reservation 3`},
+		{[]inventory.Item{it("a", 1)}, nil, `"a": order 1, reservation 0`},
+	} {
+		if got := strings.Join(inventory.ItemsDiff(tc.order, tc.res), "; "); got != tc.want {
+			t.Errorf("ItemsDiff(%v, %v) = %q, want %q", tc.order, tc.res, got, tc.want)
+		}
 	}
 }

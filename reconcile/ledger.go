@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/redact"
 )
 
@@ -95,29 +96,49 @@ func (h *HTTPLedger) LedgerPage(ctx context.Context, after int64, limit int) (Le
 
 // ReservationLedger implements Ledger.
 func (h *HTTPLedger) ReservationLedger(ctx context.Context, id string) ([]LedgerRow, bool, error) {
+	res, found, err := h.Reservation(ctx, id)
+	return res.Ledger, found, err
+}
+
+// Reservation is what GET /reservations/{id} reports of one reservation.
+type Reservation struct {
+	Status string           `json:"status"`
+	Items  []inventory.Item `json:"items"`
+	Ledger []LedgerRow      `json:"ledger"`
+}
+
+// ReservationReader reads one reservation with its items, for
+// StockParams.CheckItems; HTTPLedger is one.
+type ReservationReader interface {
+	// Reservation returns the reservation, read when called, and false
+	// when the inventory does not know it.
+	Reservation(ctx context.Context, id string) (Reservation, bool, error)
+}
+
+// Reservation implements ReservationReader: GET {URL}/reservations/{id}.
+func (h *HTTPLedger) Reservation(ctx context.Context, id string) (Reservation, bool, error) {
 	u := h.base + "/reservations/" + url.PathEscape(id)
 	var res struct {
-		ReservationID string      `json:"reservation_id"`
-		Ledger        []LedgerRow `json:"ledger"`
-		Error         *struct {
+		Reservation
+		Error *struct {
 			Code string `json:"code"`
 		} `json:"error"`
 	}
 	status, err := h.get(ctx, u, &res)
 	switch {
 	case err != nil:
-		return nil, false, err
+		return Reservation{}, false, err
 	case status == http.StatusNotFound && res.Error != nil && res.Error.Code == "unknown_reservation":
-		return nil, false, nil
+		return Reservation{}, false, nil
 	case status != http.StatusOK:
 		// A 404 without unknown_reservation is a route the server does not
 		// have: a wrong URL must not pass for reservations never made.
-		return nil, false, fmt.Errorf("GET %s: status %d", redact.URL(u), status)
+		return Reservation{}, false, fmt.Errorf("GET %s: status %d", redact.URL(u), status)
 	}
 	for i := range res.Ledger {
 		res.Ledger[i].ReservationID = id // the reservation's own rows do not repeat it
 	}
-	return res.Ledger, true, nil
+	return res.Reservation, true, nil
 }
 
 // get GETs u into v (also on an error status, when the body is JSON) and

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
@@ -57,7 +58,22 @@ const (
 	// (the inventory answered it applied) but the ledger does not hold its
 	// action for the reservation.
 	KindDoneButNotApplied Kind = "done_but_not_applied"
+	// KindAppliedElsewhere: the ledger has a release or confirm of the
+	// order's reservation that lapse's own task of that action for the
+	// order did not send (its task id is another's, or lapse has no such
+	// task): someone else moved the stock, and lapse's task — if it sent
+	// one — was answered ALREADY_DONE.
+	KindAppliedElsewhere Kind = "applied_elsewhere"
+	// KindItemsDiffer (StockParams.CheckItems): the inventory holds other
+	// units of some SKU under the order's reservation than the order has
+	// (or does not know the reservation).
+	KindItemsDiffer Kind = "items_differ"
 )
+
+// TaskReader pages lapse's stock tasks; store.Tasks implements it.
+type TaskReader interface {
+	TaskRefs(ctx context.Context, after string, limit int) ([]store.TaskRef, error)
+}
 
 // StockParams selects what ReconcileStock compares.
 type StockParams struct {
@@ -66,6 +82,16 @@ type StockParams struct {
 	Orders store.Orders
 	// Ledger is the inventory's side. Required.
 	Ledger Ledger
+	// Tasks are lapse's stock tasks, read in full (by id, a page of
+	// LedgerPageSize at a time) to tell the ledger's rows lapse sent from
+	// those of others. Nil takes Orders when it is a TaskReader (a
+	// store.Store is); without either ReconcileStock fails.
+	Tasks TaskReader
+	// CheckItems also compares every order's items with what the inventory
+	// holds under its reservation (KindItemsDiffer): one order read and one
+	// reservation read per order, Concurrency at a time. Ledger must be a
+	// ReservationReader (HTTPLedger is).
+	CheckItems bool
 	// From and To bound the orders' created_at: From <= created_at < To; a
 	// zero bound is none. The whole ledger is read whatever the range: its
 	// rows do not say which order they are for.
@@ -101,6 +127,9 @@ type StockReport struct {
 	// Rechecked counts the orders the ledger's pages flagged, each read
 	// again from lapse and from the inventory before it is reported.
 	Rechecked int `json:"rechecked"`
+	// ItemsChecked counts the reservations whose items were compared
+	// (StockParams.CheckItems).
+	ItemsChecked int `json:"items_checked,omitempty"`
 	// MismatchedOrders counts the orders with at least one mismatch.
 	MismatchedOrders int `json:"mismatched_orders"`
 	// Counts are the mismatches found, by kind; Mismatches lists up to
@@ -132,6 +161,11 @@ type entry struct {
 	orderID string
 	status  order.Status
 	n       [3]uint8 // reserve, release, confirm
+	// tasks are the ids of lapse's release and confirm tasks of the order;
+	// elsewhere says a release or confirm row of the reservation names
+	// another task id.
+	tasks     [2]string
+	elsewhere bool
 }
 
 func actionIndex(a string) int {
@@ -158,19 +192,26 @@ func actionIndex(a string) int {
 //     three counters), keyed by reservation: memory grows with the orders
 //     in the range — about 100 bytes each plus the ids, so a million orders
 //     is some 200 MB; narrow the range for more.
-//  2. The whole ledger is streamed in pages (one page in memory at a
+//  2. lapse's stock tasks are read in pages by id, and each order's entry
+//     keeps the ids of its release and confirm tasks (about 100 bytes
+//     more per order).
+//  3. The whole ledger is streamed in pages (one page in memory at a
 //     time): each row bumps its reservation's counter, or, when no order
-//     of the range holds the reservation, only OtherRows. Time grows with
-//     the ledger's length; nothing of it is kept.
-//  3. The orders whose counters look wrong — or whose reservation has no
-//     reserve in the ledger, for a DONE reserve task is then not applied —
-//     are the suspects. Each is read again: the order with its tasks from
+//     of the range holds the reservation, only OtherRows; a release or
+//     confirm row whose task id is not the order's task of that action
+//     marks the entry (applied_elsewhere). Time grows with the ledger's
+//     length; nothing of it is kept.
+//  4. The orders whose counters look wrong — or whose reservation has no
+//     reserve in the ledger, for a DONE reserve task is then not applied,
+//     or whose entry is marked — are the suspects. Each is read again: the order with its tasks from
 //     lapse, then the reservation's own rows from the inventory (a point
 //     read: it sees every row committed by then), then the order again; a
 //     suspect that lapse changed in between is read again, up to three
 //     times. Only what this second look confirms is reported. Suspects
 //     are few on a healthy system; the re-reads cost three requests each,
 //     Concurrency at a time.
+//  5. With CheckItems, every order is read once more, with its items, and
+//     its reservation at the inventory (KindItemsDiffer).
 //
 // Why the second look. lapse is read before the ledger, and a task is DONE
 // only after the inventory committed its row, so the ledger read later
@@ -186,6 +227,20 @@ func actionIndex(a string) int {
 func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 	if p.Orders == nil || p.Ledger == nil {
 		return StockReport{}, errors.New("reconcile: StockParams.Orders and StockParams.Ledger are required")
+	}
+	if p.Tasks == nil {
+		tr, ok := p.Orders.(TaskReader)
+		if !ok {
+			return StockReport{}, errors.New("reconcile: StockParams.Tasks is required (a store.Store is one)")
+		}
+		p.Tasks = tr
+	}
+	var items ReservationReader
+	if p.CheckItems {
+		var ok bool
+		if items, ok = p.Ledger.(ReservationReader); !ok {
+			return StockReport{}, errors.New("reconcile: StockParams.CheckItems needs a Ledger that reads reservations (a ReservationReader)")
+		}
 	}
 	if !p.From.IsZero() && !p.To.IsZero() && !p.From.Before(p.To) {
 		return StockReport{}, fmt.Errorf("reconcile: empty range: From %s is not before To %s", p.From.Format(time.RFC3339), p.To.Format(time.RFC3339))
@@ -225,6 +280,27 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 		return StockReport{}, err
 	}
 
+	// lapse's tasks are read before the ledger: a row one of them sent is
+	// committed before the task is DONE, so the task is seen first (a row
+	// of a task written after this read is a suspect the re-read settles).
+	for after := ""; ; {
+		refs, err := p.Tasks.TaskRefs(ctx, after, p.LedgerPageSize)
+		if err != nil {
+			return StockReport{}, fmt.Errorf("reconcile: read lapse's stock tasks after %s: %w", showID(after), err)
+		}
+		for _, r := range refs {
+			if e, ok := entries[r.ReservationID]; ok && r.OrderID == e.orderID {
+				if i := actionIndex(string(r.Action)) - 1; i >= 0 {
+					e.tasks[i] = r.ID
+				}
+			}
+		}
+		if len(refs) < p.LedgerPageSize {
+			break
+		}
+		after = refs[len(refs)-1].ID
+	}
+
 	after := int64(0)
 	for {
 		page, err := p.Ledger.LedgerPage(ctx, after, p.LedgerPageSize)
@@ -238,8 +314,12 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 				s.rep.OtherRows++
 				continue
 			}
-			if i := actionIndex(row.Action); i >= 0 && e.n[i] < 3 {
+			i := actionIndex(row.Action)
+			if i >= 0 && e.n[i] < 3 {
 				e.n[i]++
+			}
+			if i >= 1 && row.TaskID != e.tasks[i-1] {
+				e.elsewhere = true
 			}
 		}
 		if page.Next == nil {
@@ -248,16 +328,28 @@ func ReconcileStock(ctx context.Context, p StockParams) (StockReport, error) {
 		after = *page.Next
 	}
 
+	var all []string // with CheckItems
 	for _, e := range entries {
-		if len(judge(e.status, e.n, nil)) > 0 || e.n[0] == 0 {
+		if len(judge(e.status, e.n, nil)) > 0 || e.n[0] == 0 || e.elsewhere {
 			suspects = append(suspects, e.orderID)
+		}
+		if p.CheckItems {
+			all = append(all, e.orderID)
 		}
 	}
 	entries = nil // the re-reads need only the suspects
 	slices.Sort(suspects)
 	s.rep.Rechecked = len(suspects)
-	if err := s.recheck(ctx, suspects); err != nil {
+	if err := s.parallel(ctx, suspects, s.recheckOne); err != nil {
 		return StockReport{}, err
+	}
+	if p.CheckItems {
+		slices.Sort(all)
+		s.rep.ItemsChecked = len(all)
+		err := s.parallel(ctx, all, func(ctx context.Context, id string) error { return s.checkItems(ctx, items, id) })
+		if err != nil {
+			return StockReport{}, err
+		}
 	}
 
 	rep := s.rep
@@ -321,8 +413,9 @@ func (s *stockRun) add(m StockMismatch) {
 	}
 }
 
-// recheck reads every suspect again and reports what it confirms.
-func (s *stockRun) recheck(ctx context.Context, ids []string) error {
+// parallel runs f for every id, Concurrency at a time, and returns the
+// first error (the others are not started).
+func (s *stockRun) parallel(ctx context.Context, ids []string, f func(ctx context.Context, id string) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan string)
@@ -330,7 +423,7 @@ func (s *stockRun) recheck(ctx context.Context, ids []string) error {
 	for range s.p.Concurrency {
 		wg.Go(func() {
 			for id := range jobs {
-				if err := s.recheckOne(ctx, id); err != nil {
+				if err := f(ctx, id); err != nil {
 					cancel(err)
 				}
 			}
@@ -380,7 +473,7 @@ func (s *stockRun) recheckOne(ctx context.Context, id string) error {
 			n[i]++
 		}
 	}
-	for _, m := range judge(o.Status, n, o.Tasks) {
+	for _, m := range append(judge(o.Status, n, o.Tasks), elsewhere(o.Tasks, rows)...) {
 		m.OrderID, m.ReservationID, m.LapseStatus, m.Tasks, m.Ledger = o.ID, o.ReservationID, o.Status, o.Tasks, ledger
 		if !settled {
 			m.Detail += fmt.Sprintf(" (lapse changed the order while it was read, %d times: run again once it settles)", tries)
@@ -388,6 +481,64 @@ func (s *stockRun) recheckOne(ctx context.Context, id string) error {
 		s.add(m)
 	}
 	return nil
+}
+
+// checkItems compares the items of order id with those the inventory holds
+// under its reservation. Neither changes once made, so one read of each is
+// enough.
+func (s *stockRun) checkItems(ctx context.Context, rr ReservationReader, id string) error {
+	o, err := s.p.Orders.GetOrder(ctx, id)
+	if err != nil {
+		return fmt.Errorf("reconcile: read order %s: %w", showID(id), err)
+	}
+	res, found, err := rr.Reservation(ctx, o.ReservationID)
+	if err != nil {
+		return fmt.Errorf("reconcile: read reservation %s of order %s at the inventory: %w", showID(o.ReservationID), showID(id), err)
+	}
+	ledger := map[string]int{}
+	for _, r := range res.Ledger {
+		ledger[r.Action]++
+	}
+	m := StockMismatch{Kind: KindItemsDiffer, OrderID: o.ID, ReservationID: o.ReservationID, LapseStatus: o.Status, Tasks: o.Tasks, Ledger: ledger}
+	if !found {
+		m.Detail = "the inventory does not know the reservation: it holds none of the order's items"
+		s.add(m)
+		return nil
+	}
+	mine := make([]inventory.Item, len(o.Items))
+	for i, it := range o.Items {
+		mine[i] = inventory.Item{SKU: it.SKU, Qty: it.Qty}
+	}
+	if diff := inventory.ItemsDiff(mine, res.Items); diff != nil {
+		m.Detail = fmt.Sprintf("the inventory holds other items under the reservation (%s) than the order: %s", cmp.Or(res.Status, "no status"), inventory.DescribeDiff(diff))
+		s.add(m)
+	}
+	return nil
+}
+
+// elsewhere returns an applied_elsewhere mismatch for each release or
+// confirm row of the reservation that the order's own task of that action
+// (in tasks) did not send. Only Kind and Detail are set.
+func elsewhere(tasks []order.StockTask, rows []LedgerRow) []StockMismatch {
+	var ms []StockMismatch
+	for _, r := range rows {
+		if r.Action != string(order.TaskRelease) && r.Action != string(order.TaskConfirm) {
+			continue
+		}
+		mine := slices.IndexFunc(tasks, func(t order.StockTask) bool { return string(t.Action) == r.Action })
+		if mine >= 0 && tasks[mine].ID == r.TaskID {
+			continue
+		}
+		d := fmt.Sprintf("the ledger's %s of the reservation (seq %d) was sent by task %s, ", r.Action, r.Seq, showID(r.TaskID))
+		if mine < 0 {
+			d += fmt.Sprintf("and lapse has no %s task for the order: someone else moved the stock", r.Action)
+		} else {
+			t := tasks[mine]
+			d += fmt.Sprintf("not by lapse's %s task %s (%s, answer %s): someone else moved the stock", r.Action, showID(t.ID), t.Status, cmp.Or(t.Result, "(none)"))
+		}
+		ms = append(ms, StockMismatch{Kind: KindAppliedElsewhere, Detail: d})
+	}
+	return ms
 }
 
 // sameState reports whether lapse changed nothing of an order between two

@@ -51,3 +51,28 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// TestElsewhere: a release or confirm row is lapse's only when its task id
+// is the order's task of that action.
+func TestElsewhere(t *testing.T) {
+	tasks := []order.StockTask{{ID: "t-confirm", Action: order.TaskConfirm, Status: order.TaskDone, Result: "ALREADY_DONE"}}
+	for _, c := range []struct {
+		rows []LedgerRow
+		want int
+	}{
+		{[]LedgerRow{{Action: "reserve", TaskID: "caller"}, {Action: "confirm", TaskID: "t-confirm"}}, 0},
+		{[]LedgerRow{{Action: "confirm", TaskID: "other"}}, 1},
+		{[]LedgerRow{{Action: "release", TaskID: "t-confirm"}}, 1}, // lapse has no release task
+		{[]LedgerRow{{Action: "release", TaskID: "x"}, {Action: "confirm", TaskID: "y"}}, 2},
+	} {
+		got := elsewhere(tasks, c.rows)
+		if len(got) != c.want {
+			t.Errorf("rows %+v: %d mismatches, want %d", c.rows, len(got), c.want)
+		}
+		for _, m := range got {
+			if m.Kind != KindAppliedElsewhere || m.Detail == "" {
+				t.Errorf("mismatch %+v", m)
+			}
+		}
+	}
+}

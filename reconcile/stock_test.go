@@ -261,6 +261,8 @@ func stockReconcile(t *testing.T, inv *reference.Store) {
 
 	rep = s.reconcile(reconcile.StockParams{LedgerPageSize: 7, MaxExamples: 10})
 	want := []string{
+		"applied_elsewhere early",
+		"applied_elsewhere paid",
 		"applied_while_open early",
 		"done_but_not_applied lost",
 		"never_confirmed paid",
@@ -289,7 +291,7 @@ func stockReconcile(t *testing.T, inv *reference.Store) {
 
 	// The examples are capped per kind; the counts are not.
 	capped := s.reconcile(reconcile.StockParams{MaxExamples: 1})
-	if len(capped.Mismatches) != 5 || capped.Counts["never_released"] != 2 || capped.Counts["done_but_not_applied"] != 1 {
+	if len(capped.Mismatches) != 6 || capped.Counts["never_released"] != 2 || capped.Counts["done_but_not_applied"] != 1 {
 		t.Errorf("MaxExamples 1: %d examples, counts %v", len(capped.Mismatches), capped.Counts)
 	}
 
@@ -349,5 +351,66 @@ func TestStockReconcileFailsOnABrokenInventory(t *testing.T) {
 	}
 	if _, err := reconcile.ReconcileStock(s.ctx, reconcile.StockParams{Orders: s.lapse}); err == nil {
 		t.Error("no Ledger: no error")
+	}
+}
+
+// A reservation confirmed at the inventory by someone else after lapse took
+// it: lapse's confirm is answered ALREADY_DONE and the order is PAID, the
+// counts agree — only the task ids tell.
+func TestStockReconcileFindsAConfirmAppliedElsewhere(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, inventorytest.SQLite(t))
+	s.healthy(6)
+	s.order("taken", "rsv-taken")
+	s.send(inventory.Command{TaskID: "someone-else", Action: inventory.Confirm, ReservationID: "rsv-taken"})
+	s.pay("taken")
+	s.dispatch()
+	o, err := s.lapse.GetOrder(s.ctx, "taken")
+	if err != nil || len(o.Tasks) != 1 || o.Tasks[0].Status != order.TaskDone || o.Tasks[0].Result != string(inventory.AlreadyDone) {
+		t.Fatalf("taken: %+v, %v; want its confirm DONE, ALREADY_DONE", o.Tasks, err)
+	}
+	rep := s.reconcile(reconcile.StockParams{LedgerPageSize: 5})
+	if got := foundStock(rep); !slices.Equal(got, []string{"applied_elsewhere taken"}) {
+		t.Fatalf("found %v, want applied_elsewhere taken", got)
+	}
+	if m := rep.Mismatches[0]; !strings.Contains(m.Detail, "someone-else") || !strings.Contains(m.Detail, o.Tasks[0].ID) || rep.Rechecked != 1 {
+		t.Errorf("the mismatch %+v (rechecked %d): want the detail to name both tasks, one order rechecked", m, rep.Rechecked)
+	}
+}
+
+// With CheckItems, every order's items are compared with what the
+// inventory holds under its reservation.
+func TestStockReconcileCheckItemsFindsItemsThatDiffer(t *testing.T) {
+	t.Parallel()
+	s := newShop(t, inventorytest.SQLite(t))
+	s.healthy(6)
+	// The caller reserved two units for an order of one; and an order on
+	// a reservation the inventory never saw.
+	s.send(inventory.Command{TaskID: "reserve-more", Action: inventory.Reserve, ReservationID: "rsv-more", OrderID: "more",
+		Items: []inventory.Item{{SKU: "sku", Qty: 2}}})
+	for id, rsv := range map[string]string{"more": "rsv-more", "ghost": "rsv-ghost"} {
+		if _, err := s.lapse.CreateOrder(s.ctx, store.CreateOrderParams{ID: id, Items: []order.Item{{SKU: "sku", Qty: 1}},
+			AmountCents: 1000, Currency: "EUR", Timeout: time.Hour, ReservationID: rsv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := s.reconcile(reconcile.StockParams{}); !rep.OK() || rep.ItemsChecked != 0 {
+		t.Fatalf("without CheckItems: %+v, want OK, no items read", rep)
+	}
+	rep := s.reconcile(reconcile.StockParams{CheckItems: true, Concurrency: 3})
+	if got := foundStock(rep); !slices.Equal(got, []string{"items_differ ghost", "items_differ more"}) {
+		t.Fatalf("found %v", got)
+	}
+	if rep.ItemsChecked != 8 || rep.MismatchedOrders != 2 {
+		t.Errorf("%d reservations checked, %d orders mismatched; want 8, 2", rep.ItemsChecked, rep.MismatchedOrders)
+	}
+	for _, m := range rep.Mismatches {
+		if m.OrderID == "more" && !strings.Contains(m.Detail, `"sku": order 1, reservation 2`) {
+			t.Errorf("more's detail does not name the difference: %s", m.Detail)
+		}
+	}
+	var b bytes.Buffer
+	if err := reconcile.WriteStockTable(&b, rep); err != nil || !strings.Contains(b.String(), "items of 8 reservations compared") {
+		t.Errorf("the table: %v\n%s", err, b.String())
 	}
 }

@@ -133,6 +133,9 @@ func WriteStockTable(w io.Writer, rep StockReport) error {
 		span(rep.From, "(beginning)"), span(rep.To, "(now)"), against, verdict)
 	fmt.Fprintf(tw, "%d lapse orders with a reservation (%d open), %d ledger rows (%d of other reservations), %d rechecked; %d orders mismatched\n",
 		rep.Orders, rep.Open, rep.LedgerRows, rep.OtherRows, rep.Rechecked, rep.MismatchedOrders)
+	if rep.ItemsChecked > 0 {
+		fmt.Fprintf(tw, "items of %d reservations compared with their orders'\n", rep.ItemsChecked)
+	}
 	if rep.OK() {
 		return tw.Flush()
 	}

@@ -232,6 +232,13 @@ type CreateOrderParams struct {
 	// holds for the order: lapse moves no counters of its own, and the
 	// order's cancel or payment writes a stock task (store.Tasks) instead.
 	ReservationID string
+	// ReplayOnly, when set, lets the create do nothing but replay the order
+	// an earlier request with its IdempotencyKey made: anything else fails
+	// with ReplayOnly and writes nothing. lapse refuses a caller's
+	// reservation this way (the inventory reports it released, or holding
+	// other items), so that the retry of a create that succeeded — its
+	// reservation confirmed or released since — still gets its order.
+	ReplayOnly error
 }
 
 // NewOrder is the order a create of p writes at now: PENDING at version 1,

@@ -24,6 +24,11 @@ type Tasks interface {
 	// ListTasks pages tasks in id order: those not DONE, or with Dead only
 	// DEAD ones, or with OrderID every task of that order.
 	ListTasks(ctx context.Context, p ListTasksParams) ([]order.StockTask, error)
+	// TaskRefs pages every task, DONE ones too, in id order after the
+	// cursor (an id; "" for the first page), with only what names it: for
+	// `lapse reconcile --inventory`, which matches each row of the
+	// inventory's ledger with the task that sent it.
+	TaskRefs(ctx context.Context, after string, limit int) ([]TaskRef, error)
 	// RetryTasks makes DEAD tasks (those of IDs, or with AllDead every one)
 	// PENDING and due now, their failures and age counted afresh, and
 	// returns how many.
@@ -99,6 +104,15 @@ type TaskOutcome struct {
 	Error   string
 	Dead    bool
 	RetryIn time.Duration
+}
+
+// TaskRef names one stock task: its id is the task id the inventory's
+// ledger records for the command it sent.
+type TaskRef struct {
+	ID            string
+	OrderID       string
+	Action        order.TaskAction
+	ReservationID string
 }
 
 // ListTasksParams filters ListTasks.

@@ -34,11 +34,16 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	format := fs.String("format", "table", "table or json")
 	asJSON := fs.Bool("json", false, "print the report as JSON (--format json)")
 	examples := fs.Int("examples", 10, "with --inventory: mismatches listed per kind (all are counted)")
+	checkItems := fs.Bool("check-items", false, "with --inventory: also compare each order's items with its reservation's at the inventory (one GET /reservations/{id} per order)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	if *checkItems && *inventoryURL == "" {
+		fmt.Fprintln(stderr, "lapse reconcile: --check-items needs --inventory URL")
+		return errUsage
+	}
 	if *inventoryURL != "" {
 		if onCommandLine["gateway"] || onCommandLine["statement"] {
 			fmt.Fprintln(stderr, "lapse reconcile: give one of --gateway URL, --statement FILE and --inventory URL")
@@ -106,7 +111,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *inventoryURL != "" {
 		rep, err := reconcile.ReconcileStock(ctx, reconcile.StockParams{
 			Orders: st, Ledger: reconcile.NewHTTPLedger(*inventoryURL, nil),
-			From: fromT, To: toT, MaxExamples: *examples, Concurrency: *concurrency,
+			From: fromT, To: toT, MaxExamples: *examples, Concurrency: *concurrency, CheckItems: *checkItems,
 		})
 		if err != nil {
 			return couldNotRun(err)

@@ -89,6 +89,10 @@ func TestReconcileInventory(t *testing.T) {
 		!strings.Contains(out, "6 lapse orders with a reservation (2 open), 10 ledger rows") {
 		t.Fatalf("a clean run: exit %d\n%s%s", code, out, stderr)
 	}
+	out, stderr, code = tasksCmd(t, "reconcile", "--inventory", srv.URL(), "--store", url, "--check-items")
+	if code != 0 || !strings.Contains(out, ": OK\n") || !strings.Contains(out, "items of 6 reservations compared") {
+		t.Fatalf("a clean run with --check-items: exit %d\n%s%s", code, out, stderr)
+	}
 
 	// Broken: c-6 cancelled, its release settled DONE but never sent; c-7
 	// paid, and released at the inventory behind lapse's back before its
@@ -111,7 +115,7 @@ func TestReconcileInventory(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("mismatches: exit %d, want 1\n%s%s", code, out, stderr)
 	}
-	for _, want := range []string{": NOT OK\n", "2 orders mismatched", "released_but_paid     1", "never_released        1",
+	for _, want := range []string{": NOT OK\n", "2 orders mismatched", "released_but_paid     1", "applied_elsewhere     1", "sent by task rogue", "never_released        1",
 		"never_confirmed       1", "done_but_not_applied  1", "release DONE", "confirm DEAD"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report has no %q:\n%s", want, out)
@@ -131,7 +135,7 @@ func TestReconcileInventory(t *testing.T) {
 		t.Fatalf("--json: exit %d, %v\n%s", code, err, out)
 	}
 	if rep.Orders != 8 || rep.Inventory != srv.URL() || rep.Counts["never_released"] != 1 || rep.Counts["released_but_paid"] != 1 ||
-		len(rep.Mismatches) != 4 {
+		rep.Counts["applied_elsewhere"] != 1 || len(rep.Mismatches) != 5 {
 		t.Errorf("--json: %+v", rep)
 	}
 
@@ -162,6 +166,7 @@ func TestReconcileInventoryFlags(t *testing.T) {
 		{"--inventory", "http://127.0.0.1:1", "--concurrency", "0"},
 		{"--inventory", "http://127.0.0.1:1", "--from", "yesterday"},
 		{"--inventory", "http://127.0.0.1:1", "--from", "2026-02-01", "--to", "2026-01-01"},
+		{"--statement", statement, "--check-items"},
 	} {
 		_, stderr, code := tasksCmd(t, append([]string{"reconcile", "--store", url}, args...)...)
 		if code != 2 || stderr == "" || strings.Contains(stderr, "hunter2") {

@@ -204,6 +204,9 @@ type TaskExecutor interface {
 	SettleTask(ctx context.Context, o store.TaskOutcome, now, nextAt time.Time) error
 	// ListTasks pages tasks in id order (see store.ListTasksParams).
 	ListTasks(ctx context.Context, p store.ListTasksParams) ([]order.StockTask, error)
+	// TaskRefs pages every task in id order after the cursor (see
+	// store.Tasks.TaskRefs).
+	TaskRefs(ctx context.Context, after string, limit int) ([]store.TaskRef, error)
 	// RetryTasks makes the DEAD tasks p selects PENDING, due at now, with no
 	// failures since now, and returns how many.
 	RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error)

@@ -17,8 +17,9 @@ import (
 func (s *Store) CreateOrder(ctx context.Context, p store.CreateOrderParams) (store.CreateOrderResult, error) {
 	p.Items = store.ItemsBySKU(p.Items)
 	// A create whose stock a remote inventory holds locks no SKU row: a
-	// lone transaction is all it needs.
-	if s.groups != nil && p.ReservationID == "" {
+	// lone transaction is all it needs (as does a create that may only
+	// replay).
+	if s.groups != nil && p.ReservationID == "" && p.ReplayOnly == nil {
 		return s.groups.create(ctx, p)
 	}
 	return s.createOne(ctx, p)
@@ -58,6 +59,9 @@ func (s *Store) createIn(ctx context.Context, tx *Tx, p store.CreateOrderParams)
 		if !claimed {
 			return s.replayKey(ctx, tx, p)
 		}
+	}
+	if p.ReplayOnly != nil {
+		return store.CreateOrderResult{}, p.ReplayOnly
 	}
 	if err := tx.InsertOrder(ctx, o); err != nil {
 		if errors.Is(err, store.ErrOrderExists) {

@@ -79,6 +79,18 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListTasksParams) ([]order
 	return out, nil
 }
 
+// TaskRefs implements store.Tasks.
+func (s *Store) TaskRefs(ctx context.Context, after string, limit int) ([]store.TaskRef, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	out, err := s.d.TaskRefs(ctx, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stock task refs after %q: %w", after, err)
+	}
+	return out, nil
+}
+
 // RetryTasks implements store.Tasks.
 func (s *Store) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64, error) {
 	if len(p.IDs) == 0 && !p.AllDead {

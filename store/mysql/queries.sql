@@ -528,6 +528,15 @@ UPDATE stock_tasks SET status = ?, next_at = ?, result = ?, last_error = ?,
     dead_at = CASE WHEN ? = 'DEAD' THEN ? END
 WHERE id = ? AND attempts = ? AND status = 'PENDING';
 
+-- name: task_refs
+-- Every task, DONE ones too, in id order: what names it, for reconciling
+-- with an inventory's ledger. ? the cursor (ids after it), ? limit.
+SELECT id, order_id, action, reservation_id
+FROM stock_tasks
+WHERE id > ?
+ORDER BY id
+LIMIT ?;
+
 -- name: list_tasks
 -- Params: order id (twice), dead-only, cursor, limit. Without an order id:
 -- the tasks not DONE (or DEAD ones only), through stock_tasks_open.

@@ -86,6 +86,22 @@ func (e executor) ListTasks(ctx context.Context, p store.ListTasksParams) ([]ord
 	return out, interpretError(err)
 }
 
+// TaskRefs implements core.Executor.
+func (e executor) TaskRefs(ctx context.Context, after string, limit int) ([]store.TaskRef, error) {
+	rows, err := e.db.Query(ctx, q.Get("task_refs"), after, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.TaskRef, error) {
+		var t store.TaskRef
+		var action string
+		err := r.Scan(&t.ID, &t.OrderID, &action, &t.ReservationID)
+		t.Action = order.TaskAction(action)
+		return t, err
+	})
+	return out, interpretError(err)
+}
+
 // RetryTasks implements core.Executor.
 func (e executor) RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error) {
 	tag, err := e.exec(ctx, "retry_tasks", now, p.IDs, p.AllDead)

@@ -390,6 +390,15 @@ UPDATE stock_tasks SET status = ?3, next_at = ?5, result = ?6, last_error = ?7,
     dead_at = CASE WHEN ?3 = 'DEAD' THEN ?4 END
 WHERE id = ?1 AND attempts = ?2 AND status = 'PENDING';
 
+-- name: task_refs
+-- Every task, DONE ones too, in id order: what names it, for reconciling
+-- with an inventory's ledger. ?1 the cursor (ids after it), ?2 limit.
+SELECT id, order_id, action, reservation_id
+FROM stock_tasks
+WHERE id > ?1
+ORDER BY id
+LIMIT ?2;
+
 -- name: list_tasks
 -- ?1 1 for DEAD only, ?2 an order id ('' for any: the tasks not DONE), ?3
 -- the cursor, ?4 limit.

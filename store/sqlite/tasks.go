@@ -88,6 +88,17 @@ func (e executor) ListTasks(ctx context.Context, p store.ListTasksParams) ([]ord
 	})
 }
 
+// TaskRefs implements core.Executor.
+func (e executor) TaskRefs(ctx context.Context, after string, limit int) ([]store.TaskRef, error) {
+	return sqlrows.Collect(ctx, e.db, q.Get("task_refs"), []any{after, limit}, func(r *sql.Rows) (store.TaskRef, error) {
+		var t store.TaskRef
+		var action string
+		err := r.Scan(&t.ID, &t.OrderID, &action, &t.ReservationID)
+		t.Action = order.TaskAction(action)
+		return t, err
+	})
+}
+
 // RetryTasks implements core.Executor.
 func (e executor) RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error) {
 	ids := p.IDs

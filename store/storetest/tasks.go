@@ -20,6 +20,90 @@ func exerciseTasks(t *testing.T, newStore Factory) {
 	t.Run("stock tasks: remote orders move no counters; a cancel writes one release, a payment one confirm", func(t *testing.T) { testTasksWritten(t, newStore) })
 	t.Run("stock tasks: claims lease, a stale claim cannot settle, failures back off, the dead wait for a retry", func(t *testing.T) { testTasksLifecycle(t, newStore) })
 	t.Run("stock tasks: concurrent dispatchers never hold one task twice", func(t *testing.T) { testTasksConcurrentClaims(t, newStore) })
+	t.Run("stock tasks: a create that may only replay writes nothing, or replays its key's order", func(t *testing.T) { testCreateReplayOnly(t, newStore) })
+	t.Run("stock tasks: task refs page every task, DONE ones too, in id order", func(t *testing.T) { testTaskRefs(t, newStore) })
+}
+
+func testTaskRefs(t *testing.T, newStore Factory) {
+	s := newStore(t, clock.NewFake(t0))
+	ctx := context.Background()
+	if refs, err := s.TaskRefs(ctx, "", 10); err != nil || len(refs) != 0 {
+		t.Fatalf("refs of no task: %+v, %v", refs, err)
+	}
+	CreateRemote(t, s, "tr-c", "far")
+	CreateRemote(t, s, "tr-p", "far")
+	into(t, s, "tr-c", order.Cancelled)
+	into(t, s, "tr-p", order.Paid)
+	claimed := claimTasks(t, s, 10, time.Minute)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %v, want a release and a confirm", taskNames(claimed))
+	}
+	settleTasks(t, s, store.TaskOutcome{ID: claimed[0].ID, Attempts: claimed[0].Attempts, Done: true, Result: "REPLENISH_SUCCESS",
+		Action: claimed[0].Action, OrderID: claimed[0].OrderID, ReservationID: claimed[0].ReservationID})
+	want := map[string]store.TaskRef{}
+	for _, c := range claimed {
+		want[c.ID] = store.TaskRef{ID: c.ID, OrderID: c.OrderID, Action: c.Action, ReservationID: c.ReservationID}
+	}
+	var got []store.TaskRef
+	for after := ""; ; {
+		page, err := s.TaskRefs(ctx, after, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		if len(page) != 1 || page[0].ID <= after {
+			t.Fatalf("page after %q: %+v, want one task after it", after, page)
+		}
+		got = append(got, page[0])
+		after = page[0].ID
+	}
+	if len(got) != 2 || got[0] != want[got[0].ID] || got[1] != want[got[1].ID] || got[0].ID == got[1].ID {
+		t.Fatalf("refs %+v, want %+v (the DONE one too)", got, want)
+	}
+	for _, r := range got {
+		if r.ReservationID != "res-"+r.OrderID || (r.OrderID == "tr-c") != (r.Action == order.TaskRelease) {
+			t.Errorf("ref %+v: want tr-c's release and tr-p's confirm, each on its reservation", r)
+		}
+	}
+}
+
+// A refused caller's reservation (store.CreateOrderParams.ReplayOnly) writes
+// nothing — no order, no key — yet a retry of a create that succeeded still
+// gets its order.
+func testCreateReplayOnly(t *testing.T, newStore Factory) {
+	s := newStore(t, clock.NewFake(t0))
+	ctx := context.Background()
+	refused := errors.New("the reservation is refused")
+	p := store.CreateOrderParams{ID: "ro-1", Items: []order.Item{{SKU: "far", Qty: 1}}, AmountCents: 1000, Currency: "EUR",
+		Timeout: timeout, Grace: grace, ReservationID: "res-ro-1", IdempotencyKey: "k-ro-1", RequestHash: "h1", ReplayOnly: refused}
+	if _, err := s.CreateOrder(ctx, p); !errors.Is(err, refused) {
+		t.Fatalf("a create that may only replay, nothing to replay: %v, want its error", err)
+	}
+	if _, err := s.GetOrder(ctx, "ro-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused create wrote its order: %v", err)
+	}
+	// Nor its key: the same key makes the order once the refusal is gone.
+	p.ReplayOnly = nil
+	if res, err := s.CreateOrder(ctx, p); err != nil || res.Replayed {
+		t.Fatalf("the create after the refusal: %+v, %v; want a new order", res, err)
+	}
+	p.ReplayOnly = refused
+	if res, err := s.CreateOrder(ctx, p); err != nil || !res.Replayed || res.Order.ID != "ro-1" {
+		t.Fatalf("a retry that may only replay: %+v, %v; want ro-1 replayed", res, err)
+	}
+	p.RequestHash = "h2"
+	if _, err := s.CreateOrder(ctx, p); !errors.Is(err, store.ErrIdempotencyMismatch) {
+		t.Fatalf("another request under the key: %v, want ErrIdempotencyMismatch", err)
+	}
+	p.IdempotencyKey, p.ID = "", "ro-2"
+	if _, err := s.CreateOrder(ctx, p); !errors.Is(err, refused) {
+		t.Fatalf("without a key: %v, want its error", err)
+	}
+	if _, err := s.GetOrder(ctx, "ro-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused create wrote its order: %v", err)
+	}
 }
 
 // CreateRemote places an order whose stock the remote inventory holds under
