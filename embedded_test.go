@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +31,8 @@ type shop struct {
 	begin func(t *testing.T, repeatable bool) shopTx
 	// status reads the shop's row.
 	status func(t *testing.T, id string) string
+	// runs counts the committed runs of the shop's hooks, by "event id".
+	runs func(t *testing.T) map[string]int
 }
 
 type shopTx struct {
@@ -38,22 +42,47 @@ type shopTx struct {
 	rollback func()
 }
 
-func postgresShop(t *testing.T) shop {
+// The shop's hooks: its row follows lapse's transition, guarded (so a hook
+// that runs again changes nothing), and each committed run is counted in
+// hook_runs; fail, when it returns an error for an order, makes the hook fail.
+const (
+	shopCancelled = "UPDATE orders_of_the_shop SET status = 'cancelled' WHERE id = ? AND status = 'pending'"
+	shopPaid      = "UPDATE orders_of_the_shop SET status = 'paid' WHERE id = ? AND status = 'pending'"
+	shopRun       = "INSERT INTO hook_runs (id, event) VALUES (?, ?)"
+)
+
+func postgresShop(t *testing.T, fail func(id string) error) shop {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, testdb.PostgresSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st, err := postgres.FromPool(pool, postgres.Config{})
+	hook := func(update, event string) func(context.Context, pgx.Tx, order.Order) error {
+		return func(ctx context.Context, tx pgx.Tx, o order.Order) error {
+			if err := fail(o.ID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, pgxPlaceholders(update), o.ID); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, pgxPlaceholders(shopRun), o.ID, event)
+			return err
+		}
+	}
+	st, err := postgres.FromPool(pool, postgres.Config{Hooks: postgres.Hooks{
+		OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "CREATE TABLE orders_of_the_shop (id text PRIMARY KEY, status text NOT NULL)"); err != nil {
-		t.Fatal(err)
+	for _, ddl := range []string{"CREATE TABLE orders_of_the_shop (id text PRIMARY KEY, status text NOT NULL)",
+		"CREATE TABLE hook_runs (id text NOT NULL, event text NOT NULL)"} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return shop{store: st,
 		begin: func(t *testing.T, repeatable bool) shopTx {
@@ -80,7 +109,51 @@ func postgresShop(t *testing.T) shop {
 			}
 			return s
 		},
+		runs: func(t *testing.T) map[string]int {
+			return countRuns(t, func() (rowsLike, error) {
+				r, err := pool.Query(ctx, "SELECT id, event FROM hook_runs")
+				return pgRows{r}, err
+			})
+		},
 	}
+}
+
+// rowsLike is what countRuns reads of pgx.Rows and *sql.Rows.
+type rowsLike interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close()
+}
+
+type pgRows struct{ pgx.Rows }
+
+func (r pgRows) Close() { r.Rows.Close() }
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// countRuns counts the committed hook runs by "event id".
+func countRuns(t *testing.T, query func() (rowsLike, error)) map[string]int {
+	t.Helper()
+	rows, err := query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := map[string]int{}
+	for rows.Next() {
+		var id, event string
+		if err := rows.Scan(&id, &event); err != nil {
+			t.Fatal(err)
+		}
+		n[event+" "+id]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // pgxPlaceholders turns the test's ? into $1, $2, … (its queries hold no
@@ -98,7 +171,7 @@ func pgxPlaceholders(q string) string {
 	return string(out)
 }
 
-func mysqlShop(t *testing.T) shop {
+func mysqlShop(t *testing.T, fail func(id string) error) shop {
 	dc := testdb.MySQLDatabase(t)
 	dc.ParseTime, dc.ClientFoundRows = true, true // what lapse's FromDB asks of a pool
 	db, err := sql.Open("mysql", dc.FormatDSN())
@@ -107,15 +180,31 @@ func mysqlShop(t *testing.T) shop {
 	}
 	db.SetMaxOpenConns(8)
 	t.Cleanup(func() { db.Close() })
-	st, err := mysql.FromDB(db, mysql.Config{})
+	hook := func(update, event string) func(context.Context, *sql.Tx, order.Order) error {
+		return func(ctx context.Context, tx *sql.Tx, o order.Order) error {
+			if err := fail(o.ID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, update, o.ID); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, shopRun, o.ID, event)
+			return err
+		}
+	}
+	st, err := mysql.FromDB(db, mysql.Config{Hooks: mysql.Hooks{
+		OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("CREATE TABLE orders_of_the_shop (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL)"); err != nil {
-		t.Fatal(err)
+	for _, ddl := range []string{"CREATE TABLE orders_of_the_shop (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL)",
+		"CREATE TABLE hook_runs (id VARCHAR(64) NOT NULL, event VARCHAR(16) NOT NULL)"} {
+		if _, err := db.Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return shop{store: st,
 		begin: func(t *testing.T, repeatable bool) shopTx {
@@ -142,8 +231,16 @@ func mysqlShop(t *testing.T) shop {
 			}
 			return s
 		},
+		runs: func(t *testing.T) map[string]int {
+			return countRuns(t, func() (rowsLike, error) {
+				r, err := db.Query("SELECT id, event FROM hook_runs")
+				return sqlRows{r}, err
+			})
+		},
 	}
 }
+
+func never(string) error { return nil }
 
 // TestEmbedded runs the Service inside a shop's own transactions on
 // PostgreSQL and MariaDB: a rolled-back checkout leaves nothing of lapse's
@@ -153,10 +250,10 @@ func mysqlShop(t *testing.T) shop {
 // (PostgreSQL) or the truth (MariaDB's current reads), never a wrong state.
 func TestEmbedded(t *testing.T) {
 	t.Parallel()
-	for name, mk := range map[string]func(*testing.T) shop{"postgres": postgresShop, "mysql": mysqlShop} {
+	for name, mk := range map[string]func(*testing.T, func(string) error) shop{"postgres": postgresShop, "mysql": mysqlShop} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			sh := mk(t)
+			sh := mk(t, never)
 			ctx := context.Background()
 			svc := newService(t, lapse.Config{Store: sh.store})
 			storetest.Stock(t, sh.store, 10, "tee")
@@ -180,6 +277,9 @@ func TestEmbedded(t *testing.T) {
 			checkout("rolled-back", 100*time.Millisecond, false)
 			checkout("committed", 100*time.Millisecond, true)
 			waitFor(t, 10*time.Second, "the committed order cancelled", func() bool { return status(t, svc, "committed") == order.Cancelled })
+			if got := sh.status(t, "committed"); got != "cancelled" {
+				t.Fatalf("the shop's row after lapse's timeout cancel: %s, want cancelled by OnCancelled in the same commit", got)
+			}
 			if _, err := svc.Get(ctx, "rolled-back"); !errors.Is(err, lapse.ErrNotFound) {
 				t.Fatalf("the rolled-back order: %v, want not found", err)
 			}
@@ -194,8 +294,7 @@ func TestEmbedded(t *testing.T) {
 			if err != nil || res.Outcome != store.OutcomePaid {
 				t.Fatalf("NotifyTx: %+v %v", res, err)
 			}
-			tx.exec("UPDATE orders_of_the_shop SET status = 'paid' WHERE id = ? AND status = 'pending'", "paid")
-			if err := tx.commit(); err != nil {
+			if err := tx.commit(); err != nil { // OnPaid moved the shop's row in it
 				t.Fatal(err)
 			}
 			if o, _ := svc.Get(ctx, "paid"); o.Status != order.Paid || sh.status(t, "paid") != "paid" {
@@ -237,6 +336,70 @@ func TestEmbedded(t *testing.T) {
 				t.Logf("a pay on a stale snapshot: %v", err)
 			default:
 				t.Fatalf("a pay on a stale snapshot of a cancelled order: %v, want retryable or ErrNotPending", err)
+			}
+			if runs := sh.runs(t); runs["cancelled committed"] != 1 || runs["paid paid"] != 1 || runs["cancelled kept"] != 0 {
+				t.Fatalf("committed hook runs %v, want one per committed transition", runs)
+			}
+			storetest.AuditOK(t, sh.store)
+		})
+	}
+}
+
+// A hook that fails for one order of a batch of timeout cancels delays only
+// that order: the batch commits without it, each committed cancel's hook
+// ran once, and the order is cancelled once its hook holds.
+func TestEmbeddedHookFailureDelaysOnlyItsOrder(t *testing.T) {
+	t.Parallel()
+	for name, mk := range map[string]func(*testing.T, func(string) error) shop{"postgres": postgresShop, "mysql": mysqlShop} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var broken atomic.Bool
+			broken.Store(true)
+			sh := mk(t, func(id string) error {
+				if id == "o-13" && broken.Load() {
+					return errors.New("the shop's database refused it")
+				}
+				return nil
+			})
+			ctx := context.Background()
+			svc := newService(t, lapse.Config{Store: sh.store, BatchSize: 200})
+			storetest.Stock(t, sh.store, 200, "tee")
+			const n = 200
+			tx := sh.begin(t, false)
+			for i := range n {
+				id := fmt.Sprintf("o-%d", i)
+				tx.exec("INSERT INTO orders_of_the_shop (id, status) VALUES (?, 'pending')", id)
+				if _, err := svc.CreateOrderTx(ctx, tx.tx, lapse.CreateOrderRequest{ID: id, Items: []order.Item{{SKU: "tee", Qty: 1}},
+					AmountCents: 100, Timeout: 300 * time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.commit(); err != nil {
+				t.Fatal(err)
+			}
+			start(t, svc) // after the commit: the memory timers are seeded from the store, all due in one batch
+			waitFor(t, 15*time.Second, "every order but o-13 cancelled", func() bool {
+				for i := range n {
+					if id := fmt.Sprintf("o-%d", i); id != "o-13" && status(t, svc, id) != order.Cancelled {
+						return false
+					}
+				}
+				return true
+			})
+			if got := status(t, svc, "o-13"); got != order.Pending || sh.status(t, "o-13") != "pending" {
+				t.Fatalf("o-13 while its hook fails: lapse %s, shop %s; want both pending", got, sh.status(t, "o-13"))
+			}
+			if got := metric(t, svc, "lapse_hook_failures_total"); got < 1 {
+				t.Fatalf("lapse_hook_failures_total = %v", got)
+			}
+			broken.Store(false)
+			waitFor(t, 15*time.Second, "o-13 cancelled once its hook holds", func() bool { return status(t, svc, "o-13") == order.Cancelled })
+			runs := sh.runs(t)
+			for i := range n {
+				id := fmt.Sprintf("o-%d", i)
+				if runs["cancelled "+id] != 1 || sh.status(t, id) != "cancelled" {
+					t.Fatalf("%s: %d committed OnCancelled runs, shop row %s; want 1 and cancelled", id, runs["cancelled "+id], sh.status(t, id))
+				}
 			}
 			storetest.AuditOK(t, sh.store)
 		})
