@@ -285,7 +285,7 @@ func TestAuditExitsOneOnAViolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Exec(`INSERT INTO skus (sku, available, total, updated_at) VALUES ('ghost', 7, 0, 0)`)
+	_, err = db.Exec(`INSERT INTO lapse_skus (sku, available, total, updated_at) VALUES ('ghost', 7, 0, 0)`)
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
