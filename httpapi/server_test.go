@@ -2054,7 +2054,7 @@ func TestStuckRequestIsAnsweredTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, `SELECT sku FROM skus WHERE sku = 'held' FOR UPDATE`); err != nil {
+	if _, err := holder.Exec(ctx, `SELECT sku FROM lapse_skus WHERE sku = 'held' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

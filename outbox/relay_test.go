@@ -385,7 +385,7 @@ func TestRelayRetention(t *testing.T) {
 	waitUntil(t, "delivery", func() bool { return len(sink.delivered()) == 1 })
 	waitUntil(t, "the published event to be deleted", func() bool {
 		var rows int
-		if err := raw.QueryRowContext(ctx, "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
+		if err := raw.QueryRowContext(ctx, "SELECT count(*) FROM lapse_outbox").Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		return rows == 0

@@ -108,11 +108,11 @@ psql "$pgurl" -qAt -v ON_ERROR_STOP=1 >/dev/null <<SQL
 CREATE SCHEMA $schema;
 SET search_path = $schema;
 -- The tables and indexes of lapse's PostgreSQL store (store/postgres/migrations), those the scripts touch.
-CREATE TABLE skus (
+CREATE TABLE lapse_skus (
     sku text PRIMARY KEY, available bigint NOT NULL CHECK (available >= 0),
     locked bigint NOT NULL DEFAULT 0 CHECK (locked >= 0), sold bigint NOT NULL DEFAULT 0 CHECK (sold >= 0),
     total bigint NOT NULL, updated_at timestamptz NOT NULL);
-CREATE TABLE orders (
+CREATE TABLE lapse_orders (
     id text PRIMARY KEY,
     status text NOT NULL CHECK (status IN ('PENDING', 'PAYING', 'PAID', 'CANCELLED')),
     amount_cents bigint NOT NULL CHECK (amount_cents >= 0), currency text NOT NULL,
@@ -121,31 +121,31 @@ CREATE TABLE orders (
     cancel_reason text CHECK (cancel_reason IN ('timeout', 'buyer')), payment_id text,
     refund_required boolean NOT NULL DEFAULT false, payment_attempts integer NOT NULL DEFAULT 0,
     version bigint NOT NULL DEFAULT 1);
-CREATE INDEX orders_status_cancel_after ON orders (status, cancel_after);
-CREATE INDEX orders_created ON orders (created_at, id);
-CREATE TABLE order_items (
-    order_id text NOT NULL REFERENCES orders (id), sku text NOT NULL, qty bigint NOT NULL CHECK (qty > 0),
+CREATE INDEX lapse_orders_status_cancel_after ON lapse_orders (status, cancel_after);
+CREATE INDEX lapse_orders_created ON lapse_orders (created_at, id);
+CREATE TABLE lapse_order_items (
+    order_id text NOT NULL REFERENCES lapse_orders (id), sku text NOT NULL, qty bigint NOT NULL CHECK (qty > 0),
     PRIMARY KEY (order_id, sku));
-CREATE TABLE stock_ledger (
+CREATE TABLE lapse_stock_ledger (
     order_id text NOT NULL, sku text NOT NULL,
     action text NOT NULL CHECK (action IN ('reserve', 'release', 'commit')),
     qty bigint NOT NULL, created_at timestamptz NOT NULL, PRIMARY KEY (order_id, sku, action));
-CREATE TABLE outbox (
+CREATE TABLE lapse_outbox (
     seq bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE, type text NOT NULL, order_id text NOT NULL,
     payload json NOT NULL, created_at timestamptz NOT NULL, published_at timestamptz);
-CREATE INDEX outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;
-CREATE INDEX outbox_order ON outbox (order_id, type);
+CREATE INDEX lapse_outbox_unpublished ON lapse_outbox (seq) WHERE published_at IS NULL;
+CREATE INDEX lapse_outbox_order ON lapse_outbox (order_id, type);
 CREATE SEQUENCE ceiling_batch MINVALUE 0 START 0;
 CREATE SEQUENCE ceiling_order;
 -- 1000 SKUs holding the seeded orders' units as locked.
-INSERT INTO skus (sku, available, locked, total, updated_at)
+INSERT INTO lapse_skus (sku, available, locked, total, updated_at)
 SELECT 'sku-' || lpad(g::text, 4, '0'), 1000000000, $seed, 1000000000 + $seed, now() FROM generate_series(0, 999) AS g;
 -- The due orders o0, o1, …: PENDING, past their deadline, in deadline order; one item each.
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 SELECT 'o' || g, 'PENDING', 1000, 'USD', now() - interval '1 hour', now() - interval '1 minute',
        now() - interval '1 minute' + g * interval '1 microsecond'
 FROM generate_series(0, $seed - 1) AS g;
-INSERT INTO order_items (order_id, sku, qty)
+INSERT INTO lapse_order_items (order_id, sku, qty)
 SELECT 'o' || g, 'sku-' || lpad((g % 1000)::text, 4, '0'), 1 FROM generate_series(0, $seed - 1) AS g;
 VACUUM ANALYZE;
 SQL
@@ -162,7 +162,7 @@ tps() { # tps <script> <clients>: run pgbench, print its tps
 echo "ceiling.sh: pgbench pgbench_cancel.sql, ${seconds}s …" >&2
 cancel_tps=$(tps pgbench_cancel.sql "$clients")
 batches=$(psql "$pgurl" -qAt -c "SELECT last_value + 1 FROM $schema.ceiling_batch")
-cancelled=$(psql "$pgurl" -qAt -c "SELECT count(*) FROM $schema.orders WHERE status = 'CANCELLED'")
+cancelled=$(psql "$pgurl" -qAt -c "SELECT count(*) FROM $schema.lapse_orders WHERE status = 'CANCELLED'")
 [ -n "$cancel_tps" ] || die "pgbench printed no tps for pgbench_cancel.sql"
 [ "$batches" -le $((seed / 200)) ] || die "the seed of $seed orders ran out after $cancelled cancels: rerun with a larger --seed"
 echo "ceiling.sh: pgbench pgbench_create.sql, ${seconds}s, $clients clients …" >&2

@@ -8,13 +8,13 @@
 BEGIN;
 SELECT quote_literal('n' || nextval('ceiling_order')) AS id,
        quote_literal(CAST(now() + interval '15 minutes' AS text)) AS deadline \gset
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 VALUES (:id, 'PENDING', 1000, 'USD', now(), :deadline, :deadline);
-UPDATE skus SET available = available - 1, locked = locked + 1, updated_at = now()
+UPDATE lapse_skus SET available = available - 1, locked = locked + 1, updated_at = now()
 WHERE sku = 'sku-' || lpad(CAST(:sku AS text), 4, '0') AND available >= 1;
-INSERT INTO order_items (order_id, sku, qty) VALUES (:id, 'sku-' || lpad(CAST(:sku AS text), 4, '0'), 1);
-INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
-SELECT order_id, sku, 'reserve', qty, now() FROM order_items WHERE order_id = :id;
-INSERT INTO outbox (event_id, type, order_id, payload, created_at)
+INSERT INTO lapse_order_items (order_id, sku, qty) VALUES (:id, 'sku-' || lpad(CAST(:sku AS text), 4, '0'), 1);
+INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, 'reserve', qty, now() FROM lapse_order_items WHERE order_id = :id;
+INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at)
 VALUES (gen_random_uuid(), 'order.created', :id, json_build_object('id', :id, 'status', 'PENDING'), now());
 END;

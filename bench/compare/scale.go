@@ -236,7 +236,7 @@ func scale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if err := pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", schema+".orders").Scan(&res.OrdersTableBytes); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", schema+".lapse_orders").Scan(&res.OrdersTableBytes); err != nil {
 		return err
 	}
 	// Creates on the full table and on an empty one (a schema of its own),

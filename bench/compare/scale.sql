@@ -8,14 +8,14 @@
 -- its number in milliseconds, one item. Written as lapse's create writes the
 -- orders and order_items rows a seed reads (the seed reads orders only).
 WITH o AS (
-  INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+  INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
   SELECT $2 || md5(g::text), 'PENDING', 1000, 'USD', now(),
          now() + interval '1 day' + g * interval '1 millisecond',
          now() + interval '1 day' + g * interval '1 millisecond'
   FROM generate_series(1, $1::bigint) g
   ORDER BY 1
   RETURNING id)
-INSERT INTO order_items (order_id, sku, qty) SELECT id, 'sku-0001', 1 FROM o ORDER BY 1;
+INSERT INTO lapse_order_items (order_id, sku, qty) SELECT id, 'sku-0001', 1 FROM o ORDER BY 1;
 
 -- name: history
 -- $1 how many settled orders, $2 an id prefix: a shop's past, half PAID and
@@ -23,7 +23,7 @@ INSERT INTO order_items (order_id, sku, qty) SELECT id, 'sku-0001', 1 FROM o ORD
 -- rows of its reserve and of its commit or release. Ids are random, as
 -- UUIDs are, so the indexes hold them in no particular order.
 WITH o AS (
-  INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after,
+  INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after,
                       paid_at, cancelled_at, cancel_reason, payment_id, version)
   SELECT $2 || md5(g::text),
          CASE WHEN g % 2 = 0 THEN 'PAID' ELSE 'CANCELLED' END, 1000, 'USD',
@@ -39,9 +39,9 @@ WITH o AS (
   ORDER BY 1
   RETURNING id, status, created_at),
 i AS (
-  INSERT INTO order_items (order_id, sku, qty)
+  INSERT INTO lapse_order_items (order_id, sku, qty)
   SELECT id, 'sku-' || lpad((abs(hashtext(id)) % 1000)::text, 4, '0'), 1 FROM o ORDER BY 1)
-INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
 SELECT id, 'sku-' || lpad((abs(hashtext(id)) % 1000)::text, 4, '0'), a, 1, created_at
 FROM o, LATERAL (VALUES ('reserve'), (CASE WHEN status = 'PAID' THEN 'commit' ELSE 'release' END)) v(a)
 ORDER BY 1, 3;

@@ -391,6 +391,14 @@ func forSink(sink string) string {
 // would create an empty database, and a typo in the path would list nothing
 // or retry nothing as if all were well), and list opens it read-only.
 func openEventsStore(ctx context.Context, url string, readOnly bool) (store.Store, error) {
+	st, err := openEventsStoreUnchecked(ctx, url, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	return checkMigrated(ctx, url, st)
+}
+
+func openEventsStoreUnchecked(ctx context.Context, url string, readOnly bool) (store.Store, error) {
 	if !strings.HasPrefix(url, "sqlite://") {
 		return openStore(ctx, url)
 	}

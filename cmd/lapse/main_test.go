@@ -285,7 +285,7 @@ func TestAuditExitsOneOnAViolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Exec(`INSERT INTO skus (sku, available, total, updated_at) VALUES ('ghost', 7, 0, 0)`)
+	_, err = db.Exec(`INSERT INTO lapse_skus (sku, available, total, updated_at) VALUES ('ghost', 7, 0, 0)`)
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -324,6 +324,54 @@ func TestAuditExitsTwoWhenItCannotRun(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); err == nil {
 		t.Error("audit created the database file it was pointed at")
+	}
+}
+
+// A command that does not migrate, pointed at a database an earlier lapse
+// created (unprefixed tables) or at one no lapse migrated, says to run lapse
+// migrate; lapse migrate renames the earlier tables and audit then runs.
+func TestReadOnlyCommandsOnAnUnmigratedSchemaSayRunMigrate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	earlier := filepath.Join(dir, "earlier.db")
+	db, err := sql.Open("sqlite", "file:"+earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tables of lapse 001_init as far as the check reads them.
+	_, err = db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+INSERT INTO schema_migrations VALUES (1, 'init', 0);
+CREATE TABLE orders (id TEXT PRIMARY KEY, cancel_after INTEGER, payment_attempts INTEGER);
+CREATE TABLE order_items (order_id TEXT, qty INTEGER);
+CREATE TABLE stock_ledger (order_id TEXT, action TEXT);
+CREATE TABLE unrelated (x INTEGER);`)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "shop.db")
+	db, err = sql.Open("sqlite", "file:"+empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`CREATE TABLE orders (id INTEGER PRIMARY KEY)`)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{earlier, "unprefixed tables of a lapse before version 9"},
+		{empty, "holds no lapse schema"},
+	} {
+		for _, args := range [][]string{
+			{"audit", "--store", "sqlite://" + c.path},
+			{"events", "list", "--store", "sqlite://" + c.path},
+		} {
+			out, code := lapseCmd(t, nil, args...)
+			if code == 0 || !strings.Contains(out, c.want) || !strings.Contains(out, "run lapse migrate") {
+				t.Errorf("%v: exit %d, want an error saying %q and run lapse migrate:\n%s", args, code, c.want, out)
+			}
+		}
 	}
 }
 

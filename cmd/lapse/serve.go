@@ -13,6 +13,7 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
 	"github.com/lapsehq/lapse/redact"
+	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer/redis"
 	"github.com/lapsehq/lapse/web"
 )
@@ -139,6 +140,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if !*noMigrate {
 		if err := st.Migrate(ctx); err != nil {
 			return err
+		}
+	} else if c, ok := st.(store.SchemaChecker); ok {
+		// --no-migrate on a database not migrated for this lapse: say so
+		// now, not at the first statement on a table that is not there.
+		if err := c.CheckSchema(ctx); err != nil {
+			return fmt.Errorf("%s: %w", redact.URL(*storeURL), err)
 		}
 	}
 	if err := claimTimers(ctx, openedTimers, st); err != nil {

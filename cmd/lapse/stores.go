@@ -70,6 +70,31 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 // an empty database (a typo in the path would then audit clean), and an
 // existing one is opened read-only (sqlite.Config.ReadOnly).
 func openExistingStore(ctx context.Context, url string) (store.Store, error) {
+	st, err := openExistingStoreUnchecked(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return checkMigrated(ctx, url, st)
+}
+
+// checkMigrated returns st if its database holds the schema this lapse
+// expects, and otherwise closes it and says to run lapse migrate: a command
+// that does not migrate would fail on the first table that is not there
+// (an earlier lapse's unprefixed tables, or none), with a message that says
+// less.
+func checkMigrated(ctx context.Context, url string, st store.Store) (store.Store, error) {
+	c, ok := st.(store.SchemaChecker)
+	if !ok {
+		return st, nil
+	}
+	if err := c.CheckSchema(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("%s: %w", redact.URL(url), err)
+	}
+	return st, nil
+}
+
+func openExistingStoreUnchecked(ctx context.Context, url string) (store.Store, error) {
 	if strings.HasPrefix(url, "sqlite://") {
 		path, err := sqlite.ParseURL(url)
 		if err != nil {

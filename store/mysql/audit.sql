@@ -8,19 +8,19 @@
 -- name: stock_conserved
 SELECT CONCAT('sku ', sku, ': available ', available, ' + locked ', locked, ' + sold ', sold,
               ' != total ', total) AS detail
-FROM skus WHERE available + locked + sold != total;
+FROM lapse_skus WHERE available + locked + sold != total;
 
 -- name: locked_matches_open_orders
 SELECT CONCAT('sku ', s.sku, ': locked ', s.locked, ' but open orders hold ', COALESCE(h.qty, 0)) AS detail
-FROM skus s
-LEFT JOIN (SELECT i.sku, SUM(i.qty) AS qty FROM order_items i JOIN orders o ON o.id = i.order_id
+FROM lapse_skus s
+LEFT JOIN (SELECT i.sku, SUM(i.qty) AS qty FROM lapse_order_items i JOIN lapse_orders o ON o.id = i.order_id
            WHERE o.status IN ('PENDING', 'PAYING') AND o.reservation_id IS NULL GROUP BY i.sku) h ON h.sku = s.sku
 WHERE s.locked != COALESCE(h.qty, 0);
 
 -- name: sold_matches_commits
 SELECT CONCAT('sku ', s.sku, ': sold ', s.sold, ' but ledger commits ', COALESCE(c.qty, 0)) AS detail
-FROM skus s
-LEFT JOIN (SELECT sku, SUM(qty) AS qty FROM stock_ledger WHERE action = 'commit' GROUP BY sku) c ON c.sku = s.sku
+FROM lapse_skus s
+LEFT JOIN (SELECT sku, SUM(qty) AS qty FROM lapse_stock_ledger WHERE action = 'commit' GROUP BY sku) c ON c.sku = s.sku
 WHERE s.sold != COALESCE(c.qty, 0);
 
 -- name: ledger_matches_status
@@ -29,11 +29,11 @@ WHERE s.sold != COALESCE(c.qty, 0);
 -- items neither. An order whose stock a remote inventory holds has none.
 SELECT CONCAT('order ', o.id, ' (', o.status, ') sku ', i.sku, ': reserve ', (r.order_id IS NOT NULL),
               ', release ', (rl.order_id IS NOT NULL), ', commit ', (c.order_id IS NOT NULL)) AS detail
-FROM orders o
-JOIN order_items i ON i.order_id = o.id
-LEFT JOIN stock_ledger r  ON r.order_id = i.order_id  AND r.sku = i.sku  AND r.action = 'reserve'
-LEFT JOIN stock_ledger rl ON rl.order_id = i.order_id AND rl.sku = i.sku AND rl.action = 'release'
-LEFT JOIN stock_ledger c  ON c.order_id = i.order_id  AND c.sku = i.sku  AND c.action = 'commit'
+FROM lapse_orders o
+JOIN lapse_order_items i ON i.order_id = o.id
+LEFT JOIN lapse_stock_ledger r  ON r.order_id = i.order_id  AND r.sku = i.sku  AND r.action = 'reserve'
+LEFT JOIN lapse_stock_ledger rl ON rl.order_id = i.order_id AND rl.sku = i.sku AND rl.action = 'release'
+LEFT JOIN lapse_stock_ledger c  ON c.order_id = i.order_id  AND c.sku = i.sku  AND c.action = 'commit'
 WHERE (o.reservation_id IS NOT NULL AND (r.order_id IS NOT NULL OR rl.order_id IS NOT NULL OR c.order_id IS NOT NULL))
    OR (o.reservation_id IS NULL AND (
           r.order_id IS NULL
@@ -44,7 +44,7 @@ WHERE (o.reservation_id IS NOT NULL AND (r.order_id IS NOT NULL OR rl.order_id I
 -- name: paid_xor_cancelled
 SELECT CONCAT('order ', id, ' (', status, '): paid_at ', COALESCE(paid_at, '-'), ', cancelled_at ',
               COALESCE(cancelled_at, '-')) AS detail
-FROM orders
+FROM lapse_orders
 WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
    OR (status = 'PAID' AND paid_at IS NULL)
    OR (status = 'CANCELLED' AND (cancelled_at IS NULL OR cancel_reason IS NULL))
@@ -53,13 +53,13 @@ WHERE (paid_at IS NOT NULL AND cancelled_at IS NOT NULL)
 -- name: timeout_not_early
 SELECT CONCAT('order ', id, ': cancelled for timeout at ', cancelled_at, ' before cancel_after ',
               cancel_after) AS detail
-FROM orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
+FROM lapse_orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
 -- name: refund_matches_payments
 -- refund_required exactly when an attempt's success is money to give back.
 SELECT CONCAT('order ', o.id, ' (', o.status, '): refund_required ', o.refund_required,
               ', payments to refund ', COUNT(p.payment_id)) AS detail
-FROM orders o LEFT JOIN payments p ON p.order_id = o.id AND p.status = 'REFUND_REQUIRED'
+FROM lapse_orders o LEFT JOIN lapse_payments p ON p.order_id = o.id AND p.status = 'REFUND_REQUIRED'
 GROUP BY o.id, o.status, o.refund_required
 HAVING (o.refund_required != FALSE) != (COUNT(p.payment_id) > 0);
 
@@ -70,15 +70,15 @@ HAVING (o.refund_required != FALSE) != (COUNT(p.payment_id) > 0);
 SELECT CONCAT('order ', o.id, ' (', o.status, '): created ', COALESCE(e.created, 0), ', paid ',
               COALESCE(e.paid, 0), ', cancelled ', COALESCE(e.cancelled, 0), ', refund_required ',
               COALESCE(e.refund, 0)) AS detail
-FROM orders o
+FROM lapse_orders o
 LEFT JOIN (SELECT order_id,
                   SUM(type = 'order.created') AS created, SUM(type = 'order.paid') AS paid,
                   SUM(type = 'order.cancelled') AS cancelled, SUM(type = 'order.refund_required') AS refund
-           FROM outbox GROUP BY order_id) e ON e.order_id = o.id
+           FROM lapse_outbox GROUP BY order_id) e ON e.order_id = o.id
 WHERE COALESCE(e.created, 0) != 1
    OR COALESCE(e.paid, 0) != (o.status = 'PAID')
    OR COALESCE(e.cancelled, 0) != (o.status = 'CANCELLED')
-   OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM payments p WHERE p.order_id = o.id AND p.status = 'REFUND_REQUIRED');
+   OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM lapse_payments p WHERE p.order_id = o.id AND p.status = 'REFUND_REQUIRED');
 
 -- name: paid_by_its_attempt
 -- A PAID order's paying attempt is SUCCEEDED with the order's amount and
@@ -86,7 +86,7 @@ WHERE COALESCE(e.created, 0) != 1
 SELECT CONCAT('order ', o.id, ' (PAID by ', o.payment_id, '): attempt ', COALESCE(p.status, 'missing'), ' of ',
               COALESCE(p.amount_cents, 0), ' ', COALESCE(p.currency, ''), ', order ', o.amount_cents, ' ',
               o.currency) AS detail
-FROM orders o LEFT JOIN payments p ON p.order_id = o.id AND p.payment_id = o.payment_id
+FROM lapse_orders o LEFT JOIN lapse_payments p ON p.order_id = o.id AND p.payment_id = o.payment_id
 WHERE o.status = 'PAID' AND o.payment_id IS NOT NULL
   AND (p.payment_id IS NULL OR p.status <> 'SUCCEEDED' OR p.amount_cents <> o.amount_cents
        OR p.currency NOT IN ('', o.currency));
@@ -95,35 +95,35 @@ WHERE o.status = 'PAID' AND o.payment_id IS NOT NULL
 -- A PAID or CANCELLED order has no PENDING attempt: one superseded by the
 -- payment that paid is SUPERSEDED, one the gateway closed before a cancel FAILED.
 SELECT CONCAT('order ', o.id, ' (', o.status, '): attempt ', p.payment_id, ' is still PENDING') AS detail
-FROM payments p JOIN orders o ON o.id = p.order_id
+FROM lapse_payments p JOIN lapse_orders o ON o.id = p.order_id
 WHERE p.status = 'PENDING' AND o.status IN ('PAID', 'CANCELLED');
 
 -- name: payment_id_on_one_order
 -- One payment is money for one order: a payment id on two orders could pay both.
 SELECT CONCAT('payment ', payment_id, ': on ', COUNT(DISTINCT order_id), ' orders (', MIN(order_id), ' … ',
               MAX(order_id), ')') AS detail
-FROM payments GROUP BY payment_id HAVING COUNT(DISTINCT order_id) > 1;
+FROM lapse_payments GROUP BY payment_id HAVING COUNT(DISTINCT order_id) > 1;
 
 -- name: pending_past_deadline
 SELECT CONCAT('order ', id, ': PENDING, cancel_after ', cancel_after, ' is ',
               TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000, ' ms ago') AS detail
-FROM orders
+FROM lapse_orders
 WHERE status = 'PENDING' AND cancel_after < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND;
 
 -- name: warn_paying_past_deadline
 SELECT CONCAT('order ', id, ': PAYING, cancel_after ', cancel_after, ' is ',
               TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000,
               ' ms ago; waiting for the payment outcome') AS detail
-FROM orders WHERE status = 'PAYING' AND cancel_after <= CAST(@now AS DATETIME(3));
+FROM lapse_orders WHERE status = 'PAYING' AND cancel_after <= CAST(@now AS DATETIME(3));
 
 -- name: tasks_match_status
 -- An order whose stock a remote inventory holds: CANCELLED, one release task
 -- and no confirm; PAID, one confirm and no release; open, neither.
 SELECT CONCAT('order ', o.id, ' (', o.status, '): release task ', (rl.id IS NOT NULL),
               ', confirm task ', (c.id IS NOT NULL)) AS detail
-FROM orders o
-LEFT JOIN stock_tasks rl ON rl.reservation_id = o.reservation_id AND rl.action = 'release'
-LEFT JOIN stock_tasks c  ON c.reservation_id = o.reservation_id  AND c.action = 'confirm'
+FROM lapse_orders o
+LEFT JOIN lapse_stock_tasks rl ON rl.reservation_id = o.reservation_id AND rl.action = 'release'
+LEFT JOIN lapse_stock_tasks c  ON c.reservation_id = o.reservation_id  AND c.action = 'confirm'
 WHERE o.reservation_id IS NOT NULL
   AND ((o.status = 'PAID') != (c.id IS NOT NULL) OR (o.status = 'CANCELLED') != (rl.id IS NOT NULL));
 
@@ -132,6 +132,6 @@ WHERE o.reservation_id IS NOT NULL
 SELECT CONCAT('task ', id, ' (', action, ' of order ', order_id, '): ', status, ' after ', attempts,
               ' attempts, written ', TIMESTAMPDIFF(MICROSECOND, created_at, @now) DIV 1000, ' ms ago',
               CASE WHEN last_error != '' THEN CONCAT('; last error: ', last_error) ELSE '' END) AS detail
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE status = 'DEAD'
    OR (status = 'PENDING' AND since < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND);

@@ -55,7 +55,7 @@ import (
 	"github.com/lapsehq/lapse/store/core"
 )
 
-//go:embed migrations/*.sql queries.sql audit.sql
+//go:embed migrations/*.sql migrations/legacy/*.sql queries.sql audit.sql
 var files embed.FS
 
 var (

@@ -107,7 +107,7 @@ func TestMigrateTwiceIsANoOp(t *testing.T) {
 		t.Fatalf("second migrate: %v", err)
 	}
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM lapse_schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
 		t.Fatalf("schema_migrations holds %d rows (%v), want %d", n, err, migrations(t))
 	}
 }
@@ -138,7 +138,7 @@ func TestConcurrentMigrateOnAnEmptyDatabase(t *testing.T) {
 		}
 	}
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM lapse_schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
 		t.Fatalf("schema_migrations holds %d rows (%v), want %d", n, err, migrations(t))
 	}
 	storetest.Stock(t, stores[0], 1, "a")
@@ -152,7 +152,7 @@ func TestMigrateResumesAfterAFailedStep(t *testing.T) {
 	url, db := emptyDatabase(t)
 	// An orders table whose id cannot be referenced by order_items' foreign
 	// key: the create_order_items step fails after create_skus succeeded.
-	if _, err := db.Exec(`CREATE TABLE orders (id INT PRIMARY KEY) ENGINE = InnoDB`); err != nil {
+	if _, err := db.Exec(`CREATE TABLE lapse_orders (id INT PRIMARY KEY) ENGINE = InnoDB`); err != nil {
 		t.Fatal(err)
 	}
 	s := openURL(t, url, nil)
@@ -161,16 +161,16 @@ func TestMigrateResumesAfterAFailedStep(t *testing.T) {
 		t.Fatalf("migrate with a broken orders table: err = %v, want a failure at create_order_items", err)
 	}
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 0 {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM lapse_schema_migrations`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("a failed migration was recorded: %d rows (%v)", n, err)
 	}
-	if _, err := db.Exec(`DROP TABLE orders`); err != nil {
+	if _, err := db.Exec(`DROP TABLE lapse_orders`); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate again: %v", err)
 	}
-	if err := db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM lapse_schema_migrations`).Scan(&n); err != nil || n != migrations(t) {
 		t.Fatalf("schema_migrations holds %d rows (%v), want %d", n, err, migrations(t))
 	}
 	storetest.Stock(t, s, 1, "a")
@@ -188,7 +188,7 @@ func TestLedgerRefusesASecondRelease(t *testing.T) {
 	if _, err := s.CancelOrder(context.Background(), "o"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := db.Exec(`INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+	_, err := db.Exec(`INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
 		VALUES ('o', 'a', 'release', 1, UTC_TIMESTAMP(3))`)
 	var me *gomysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1062 {
@@ -224,7 +224,7 @@ func TestDeadlockIsRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := other.Exec(`UPDATE skus SET updated_at = updated_at WHERE sku = 'b'`); err != nil {
+	if _, err := other.Exec(`UPDATE lapse_skus SET updated_at = updated_at WHERE sku = 'b'`); err != nil {
 		t.Fatal(err)
 	}
 	created := make(chan error, 1)
@@ -253,7 +253,7 @@ func TestDeadlockIsRetried(t *testing.T) {
 		// read for 100 ms: poll slower than that.
 		time.Sleep(150 * time.Millisecond)
 	}
-	if _, err := other.Exec(`UPDATE skus SET updated_at = updated_at WHERE sku = 'a'`); err != nil {
+	if _, err := other.Exec(`UPDATE lapse_skus SET updated_at = updated_at WHERE sku = 'a'`); err != nil {
 		t.Fatalf("InnoDB chose the other transaction as the victim: %v", err)
 	}
 	if err := other.Commit(); err != nil {
@@ -269,16 +269,16 @@ func TestDeadlockIsRetried(t *testing.T) {
 func TestAuditDetectsViolations(t *testing.T) {
 	t.Parallel()
 	cases := []storetest.Corruption{
-		{Check: "stock_conserved", SQL: `UPDATE skus SET available = available + 1`},
-		{Check: "locked_matches_open_orders", SQL: `UPDATE skus SET locked = locked + 1, total = total + 1`},
-		{Check: "sold_matches_commits", SQL: `UPDATE skus SET sold = sold + 1, total = total + 1`},
-		{Check: "ledger_matches_status", SQL: `DELETE FROM stock_ledger WHERE action = 'reserve'`},
-		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = paid_at WHERE status = 'PAID'`},
-		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
+		{Check: "stock_conserved", SQL: `UPDATE lapse_skus SET available = available + 1`},
+		{Check: "locked_matches_open_orders", SQL: `UPDATE lapse_skus SET locked = locked + 1, total = total + 1`},
+		{Check: "sold_matches_commits", SQL: `UPDATE lapse_skus SET sold = sold + 1, total = total + 1`},
+		{Check: "ledger_matches_status", SQL: `DELETE FROM lapse_stock_ledger WHERE action = 'reserve'`},
+		{Check: "paid_xor_cancelled", SQL: `UPDATE lapse_orders SET cancelled_at = paid_at WHERE status = 'PAID'`},
+		{Check: "timeout_not_early", SQL: `UPDATE lapse_orders SET status = 'CANCELLED', cancel_reason = 'timeout',
 			cancelled_at = cancel_after - INTERVAL 1000 MICROSECOND WHERE id = 'open'`},
-		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = TRUE WHERE status = 'PAID'`},
-		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
-		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = '2000-01-01 00:00:00' WHERE id = 'open'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE lapse_orders SET refund_required = TRUE WHERE status = 'PAID'`},
+		{Check: "events_once_per_transition", SQL: `DELETE FROM lapse_outbox WHERE type = 'order.paid'`},
+		{Check: "pending_past_deadline", SQL: `UPDATE lapse_orders SET cancel_after = '2000-01-01 00:00:00' WHERE id = 'open'`},
 	}
 	var handles sync.Map // store → its *sql.DB
 	factory := func(t *testing.T, clk clock.Clock) store.Store {

@@ -22,7 +22,7 @@ SELECT UTC_TIMESTAMP(3);
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
        o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
-FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+FROM lapse_orders o LEFT JOIN lapse_order_items i ON i.order_id = o.id
 WHERE o.id = ?
 ORDER BY i.sku;
 
@@ -32,7 +32,7 @@ ORDER BY i.sku;
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
        o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
-FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+FROM lapse_orders o LEFT JOIN lapse_order_items i ON i.order_id = o.id
 WHERE o.id = ?
 ORDER BY i.sku
 FOR UPDATE;
@@ -42,7 +42,7 @@ FOR UPDATE;
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
        o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
        i.sku, i.qty
-FROM orders o LEFT JOIN order_items i ON i.order_id = o.id
+FROM lapse_orders o LEFT JOIN lapse_order_items i ON i.order_id = o.id
 WHERE o.id IN (/*each*/?)
 ORDER BY o.id, i.sku;
 
@@ -55,39 +55,39 @@ SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o
        i.sku, i.qty
 FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
              cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-      FROM orders
+      FROM lapse_orders
       WHERE (? = '' OR status = ?)
         AND (created_at < ? OR (created_at = ? AND id < ?))
       ORDER BY created_at DESC, id DESC
       LIMIT ?) o
-LEFT JOIN order_items i ON i.order_id = o.id
+LEFT JOIN lapse_order_items i ON i.order_id = o.id
 ORDER BY o.created_at DESC, o.id DESC, i.sku;
 
 -- name: idempotency_put
 -- Params: key, request hash, order id, now. Written first in a create: a
 -- concurrent request with the same key waits here for the first one, then
 -- fails with a duplicate key (which does not abort its transaction) and replays.
-INSERT INTO idempotency_keys (idempotency_key, request_hash, order_id, created_at) VALUES (?, ?, ?, ?);
+INSERT INTO lapse_idempotency_keys (idempotency_key, request_hash, order_id, created_at) VALUES (?, ?, ?, ?);
 
 -- name: idempotency_get
 -- Param: key.
-SELECT request_hash, order_id FROM idempotency_keys WHERE idempotency_key = ?;
+SELECT request_hash, order_id FROM lapse_idempotency_keys WHERE idempotency_key = ?;
 
 -- name: insert_order
 -- Params: id, amount, currency, created_at, expires_at, cancel_after, the
 -- remote reservation or ''.
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
 VALUES (?, 'PENDING', ?, ?, ?, ?, ?, NULLIF(?, ''));
 
 -- name: insert_items
 -- Params: (order id, sku, qty) per item.
-INSERT INTO order_items (order_id, sku, qty) VALUES /*each*/(?, ?, ?);
+INSERT INTO lapse_order_items (order_id, sku, qty) VALUES /*each*/(?, ?, ?);
 
 -- name: reserve_sku
 -- Params: qty, qty, now, sku, qty. No row matched means not enough stock (or
 -- no such SKU). A create reserves its items one by one in SKU byte order, so
 -- two orders sharing SKUs lock them in the same order.
-UPDATE skus SET available = available - ?, locked = locked + ?, updated_at = ?
+UPDATE lapse_skus SET available = available - ?, locked = locked + ?, updated_at = ?
 WHERE sku = ? AND available >= ?;
 
 -- name: ledger_insert
@@ -95,8 +95,8 @@ WHERE sku = ? AND available >= ?;
 -- primary key (order_id, sku, action) refuses a second row of the same action.
 -- FORCE INDEX here and below: items are always found by order id, one range
 -- per order, even when the statistics of a young table suggest a scan.
-INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
-SELECT order_id, sku, ?, qty, ? FROM order_items FORCE INDEX (PRIMARY)
+INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, ?, qty, ? FROM lapse_order_items FORCE INDEX (PRIMARY)
 WHERE order_id IN (/*each*/?);
 
 -- name: lock_skus
@@ -107,7 +107,7 @@ WHERE order_id IN (/*each*/?);
 -- takes SKU locks in one order and they queue instead of deadlocking. (Only
 -- its PAD SPACE departs from bytes: "a" sorts after "a" followed by a control
 -- character. lapse's SKUs are [A-Za-z0-9_.:-].)
-SELECT sku FROM skus WHERE sku IN (/*each*/?) ORDER BY sku FOR UPDATE;
+SELECT sku FROM lapse_skus WHERE sku IN (/*each*/?) ORDER BY sku FOR UPDATE;
 
 -- name: release_stock
 -- Params: the order ids, then now. Locked units of the orders go back to
@@ -116,34 +116,34 @@ SELECT sku FROM skus WHERE sku IN (/*each*/?) ORDER BY sku FOR UPDATE;
 -- too: on a small table the optimizer would rather scan it, and a
 -- multi-table UPDATE locks every row it scans — SKUs of other orders,
 -- outside the byte order lock_skus keeps, which deadlocked with creates.
-UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
+UPDATE (SELECT sku, SUM(qty) AS qty FROM lapse_order_items FORCE INDEX (PRIMARY)
         WHERE order_id IN (/*each*/?) GROUP BY sku) r
-STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
+STRAIGHT_JOIN lapse_skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
 SET s.locked = s.locked - r.qty, s.available = s.available + r.qty, s.updated_at = ?;
 
 -- name: commit_stock
 -- Params: the order ids, then now. Locked units of the orders become sold.
-UPDATE (SELECT sku, SUM(qty) AS qty FROM order_items FORCE INDEX (PRIMARY)
+UPDATE (SELECT sku, SUM(qty) AS qty FROM lapse_order_items FORCE INDEX (PRIMARY)
         WHERE order_id IN (/*each*/?) GROUP BY sku) r
-STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
+STRAIGHT_JOIN lapse_skus s FORCE INDEX (PRIMARY) ON s.sku = r.sku
 SET s.locked = s.locked - r.qty, s.sold = s.sold + r.qty, s.updated_at = ?;
 
 -- name: insert_events
 -- Params: (event id, type, order id, payload, now) per event.
-INSERT INTO outbox (event_id, type, order_id, payload, created_at) VALUES /*each*/(?, ?, ?, ?, ?);
+INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at) VALUES /*each*/(?, ?, ?, ?, ?);
 
 -- name: start_payment
 -- Params: the attempt's payment id (twice), id, id, now. An empty payment id
 -- gives "<id>-<n>", n the order's attempts so far + 1.
-UPDATE orders SET status = 'PAYING', version = version + 1,
+UPDATE lapse_orders SET status = 'PAYING', version = version + 1,
     payment_id = CASE WHEN ? != '' THEN ?
-                      ELSE CONCAT(id, '-', (SELECT COUNT(*) FROM payments WHERE order_id = ?) + 1) END
+                      ELSE CONCAT(id, '-', (SELECT COUNT(*) FROM lapse_payments WHERE order_id = ?) + 1) END
 WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
 
 -- name: supersede_payment
 -- Params: the new payment id, id, the current payment id (twice: '' is an
 -- attempt started before attempts had ids, NULL here), now.
-UPDATE orders SET payment_id = ?, version = version + 1
+UPDATE lapse_orders SET payment_id = ?, version = version + 1
 WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR (payment_id IS NULL AND ? = ''))
   AND expires_at > ?;
 
@@ -151,20 +151,20 @@ WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR (payment_id IS NULL AN
 -- Params: callback id, order id, now. Remember a callback; no row inserted
 -- means it was applied before. The table has no constraint but its primary
 -- key, so IGNORE only skips the duplicate.
-INSERT IGNORE INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?, ?, ?);
+INSERT IGNORE INTO lapse_payment_callbacks (callback_id, order_id, seen_at) VALUES (?, ?, ?);
 
 -- name: callback_purge
 -- Param: forget before (now - store.CallbackMemory).
-DELETE FROM payment_callbacks WHERE seen_at < ? LIMIT 1000;
+DELETE FROM lapse_payment_callbacks WHERE seen_at < ? LIMIT 1000;
 
 -- name: mark_paid
 -- Params: now, payment id, order id, amount, currency twice ('' for the
 -- order's), order id, payment id twice. It pays only what the order asks, and
 -- never by an attempt that has ended (a later report of it is a conflict) nor
 -- while another attempt is open (the core supersedes it first).
-UPDATE orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
+UPDATE lapse_orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
 WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ? AND (? = '' OR currency = ?)
-  AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = ?
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?
                   AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
                     OR (p.payment_id <> ? AND p.status = 'PENDING')));
 
@@ -174,7 +174,7 @@ WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ? AND (? = '
 -- PAYING order, that attempt has ended: the order is PENDING again, as after
 -- a failure, so its timer cancels it or a new attempt pays it. (MySQL
 -- assigns left to right: payment_attempts reads status before it changes.)
-UPDATE orders SET refund_required = TRUE, version = version + 1,
+UPDATE lapse_orders SET refund_required = TRUE, version = version + 1,
     payment_attempts = payment_attempts + IF(status = 'PAYING' AND payment_id = ?, 1, 0),
     status = IF(status = 'PAYING' AND payment_id = ?, 'PENDING', status)
 WHERE id = ?;
@@ -182,19 +182,19 @@ WHERE id = ?;
 -- name: fail_payment
 -- Params: id, the failed attempt's payment id: only the current attempt moves
 -- the order (an order PAYING since before attempts had ids has none).
-UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+UPDATE lapse_orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = ? AND status = 'PAYING' AND (payment_id = ? OR payment_id IS NULL);
 
 -- name: get_payments
 -- Param: order id. Oldest first.
-SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM payments
+SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM lapse_payments
 WHERE order_id = ? ORDER BY created_at, payment_id;
 
 -- name: insert_payment
 -- Params: order id, payment id, status, amount, created_at (twice: it is the
 -- updated_at too). A duplicate key is a payment id an earlier attempt of the
 -- order had.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
+INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: save_payment
@@ -203,17 +203,17 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 -- ended one); no row matched: the attempt is new (insert_payment). Not an
 -- upsert: MySQL's ON DUPLICATE KEY would also take the row of another order
 -- that has this payment id (payments_payment_id_unique).
-UPDATE payments SET status = ?, amount_cents = ?, currency = ?, updated_at = ?
+UPDATE lapse_payments SET status = ?, amount_cents = ?, currency = ?, updated_at = ?
 WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
 
 -- name: note_conflict
 -- Params: order id, payment id: a report that disagreed with how the attempt ended.
-UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = ? AND payment_id = ?;
+UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = ? AND payment_id = ?;
 
 -- name: end_payment
 -- Params: the status it ends in, now, order id, payment id: only an open
 -- attempt (PENDING, SUPERSEDED) ends.
-UPDATE payments SET status = ?, updated_at = ?
+UPDATE lapse_payments SET status = ?, updated_at = ?
 WHERE order_id = ? AND payment_id = ? AND status IN ('PENDING', 'SUPERSEDED');
 
 -- name: extend_order
@@ -229,7 +229,7 @@ WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
 
 -- name: buyer_cancel
 -- Params: now, id.
-UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'buyer', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'buyer', version = version + 1
 WHERE id = ? AND status = 'PENDING';
 
 -- name: lock_due
@@ -238,7 +238,7 @@ WHERE id = ? AND status = 'PENDING';
 -- (PAYING and attempted orders are cancelled too), skip attempted true to leave
 -- PENDING orders with a failed payment attempt alone. Locks exactly the orders
 -- the batch will cancel (READ COMMITTED releases the rows that do not match at once).
-SELECT id FROM orders
+SELECT id FROM lapse_orders
 WHERE id IN (/*each*/?) AND cancel_after <= ?
   AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'))
   AND (? = 0 OR ? = 1 OR payment_attempts = 0)
@@ -251,7 +251,7 @@ FOR UPDATE;
 -- orders_status_cancel_after, earliest first; rows another transaction holds
 -- are skipped, so concurrent claimers never take (or wait for) the same order.
 -- Then cancel_due, as for a batch.
-SELECT id FROM orders
+SELECT id FROM lapse_orders
 WHERE status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
 ORDER BY cancel_after
 LIMIT ?
@@ -262,14 +262,14 @@ FOR UPDATE SKIP LOCKED;
 -- the ids, now, confirmed (false for a claim). It repeats the status and time
 -- guards, so it is correct on its own; its affected-row count must equal the
 -- number of locked orders, which are then read back (get_orders).
-UPDATE orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'timeout', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (/*each*/?) AND cancel_after <= ?
   AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'));
 
 -- name: payment_checks
 -- Params: due by (now - lag), limit. Orders the gateway must be asked about
 -- before they can be cancelled: two ranges of orders_status_cancel_after.
-SELECT id, cancel_after FROM orders
+SELECT id, cancel_after FROM lapse_orders
 WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= ?
 ORDER BY cancel_after
 LIMIT ?;
@@ -278,61 +278,61 @@ LIMIT ?;
 -- Params: 1 to leave out orders with a failed payment attempt, as claim_due
 -- does when a gateway checks them (a poller that counted them would wake for
 -- an order its claim skips, again and again).
-SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING' AND (? = 0 OR payment_attempts = 0);
+SELECT MIN(cancel_after) FROM lapse_orders WHERE status = 'PENDING' AND (? = 0 OR payment_attempts = 0);
 
 -- name: pending_deadlines
 -- Params: the (cancel_after, id) to start after (cancel_after twice), the page size.
-SELECT id, cancel_after FROM orders
+SELECT id, cancel_after FROM lapse_orders
 WHERE status = 'PENDING' AND (cancel_after > ? OR (cancel_after = ? AND id > ?))
 ORDER BY cancel_after, id
 LIMIT ?;
 
 -- name: count_stuck
 -- Param: now.
-SELECT COUNT(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= ?;
+SELECT COUNT(*) FROM lapse_orders WHERE status = 'PAYING' AND cancel_after <= ?;
 
 -- name: set_stock
 -- Params: sku, available, available (the new total), now, then for an
 -- existing SKU available (total), available, now.
-INSERT INTO skus (sku, available, total, updated_at) VALUES (?, ?, ?, ?)
+INSERT INTO lapse_skus (sku, available, total, updated_at) VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE total = ? + locked + sold, available = ?, updated_at = ?;
 
 -- name: get_sku
 -- Param: sku.
-SELECT sku, available, locked, sold FROM skus WHERE sku = ?;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku = ?;
 
 -- name: unpublished_events
 -- Param: limit.
-SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT ?;
 
 -- name: mark_published
 -- Params: now, the sequence numbers. Events whose every sink has delivered
 -- them (no delivery row left).
-UPDATE outbox o SET o.published_at = ?
+UPDATE lapse_outbox o SET o.published_at = ?
 WHERE o.seq IN (/*each*/?) AND o.published_at IS NULL AND o.fanned_out
-  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = o.seq);
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = o.seq);
 
 -- name: register_sinks
 -- Params: now, the names.
-INSERT IGNORE INTO outbox_sinks (registered_at, name) VALUES /*each*/(?, ?);
+INSERT IGNORE INTO lapse_outbox_sinks (registered_at, name) VALUES /*each*/(?, ?);
 
 -- name: lock_fanout
-SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
+SELECT id FROM lapse_outbox_fanout FOR UPDATE SKIP LOCKED;
 
 -- name: unfanned
 -- Param: limit. Read holding outbox_fanout's row (lock_fanout).
-SELECT seq FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT ?;
+SELECT seq FROM lapse_outbox WHERE NOT fanned_out ORDER BY seq LIMIT ?;
 
 -- name: fan_out_deliveries
 -- Params: now, the sequence numbers.
-INSERT IGNORE INTO outbox_deliveries (sink, seq, order_id, next_at)
-SELECT s.name, o.seq, o.order_id, ? FROM outbox o CROSS JOIN outbox_sinks s
+INSERT IGNORE INTO lapse_outbox_deliveries (sink, seq, order_id, next_at)
+SELECT s.name, o.seq, o.order_id, ? FROM lapse_outbox o CROSS JOIN lapse_outbox_sinks s
 WHERE o.seq IN (/*each*/?);
 
 -- name: fan_out_mark
 -- Params: the sequence numbers.
-UPDATE outbox SET fanned_out = TRUE WHERE seq IN (/*each*/?);
+UPDATE lapse_outbox SET fanned_out = TRUE WHERE seq IN (/*each*/?);
 
 -- name: claim_select
 -- Params: sink, now, limit. The candidates: the first pending seq of each
@@ -343,10 +343,10 @@ UPDATE outbox SET fanned_out = TRUE WHERE seq IN (/*each*/?);
 -- during this statement has both read here and neither found behind the
 -- other; claim_behind then drops the second (TestConformance's "claims
 -- racing fan-outs").
-SELECT d.seq FROM outbox_deliveries d
+SELECT d.seq FROM lapse_outbox_deliveries d
 WHERE d.sink = ? AND NOT d.dead AND d.next_at <= ?
   AND NOT EXISTS (
-      SELECT 1 FROM outbox_deliveries p
+      SELECT 1 FROM lapse_outbox_deliveries p
       WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
 ORDER BY d.seq LIMIT ?
 FOR UPDATE SKIP LOCKED;
@@ -359,31 +359,31 @@ FOR UPDATE SKIP LOCKED;
 -- in seq order, and one order's events are committed one after the other),
 -- so any lower delivery committed when a candidate was read is seen here
 -- unless it was delivered since.
-SELECT d.seq FROM outbox_deliveries d
+SELECT d.seq FROM lapse_outbox_deliveries d
 WHERE d.sink = ? AND d.seq IN (/*each*/?)
   AND EXISTS (
-      SELECT 1 FROM outbox_deliveries p
+      SELECT 1 FROM lapse_outbox_deliveries p
       WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq);
 
 -- name: claim_lease
 -- Params: lease until, sink, the sequence numbers.
-UPDATE outbox_deliveries SET next_at = ?, attempts = attempts + 1
+UPDATE lapse_outbox_deliveries SET next_at = ?, attempts = attempts + 1
 WHERE sink = ? AND seq IN (/*each*/?);
 
 -- name: claimed
 -- Params: sink, the sequence numbers.
 SELECT d.seq, d.attempts, d.refusals, d.first_refused_at,
        o.event_id, o.type, o.order_id, o.payload, o.created_at
-FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
 WHERE d.sink = ? AND d.seq IN (/*each*/?) ORDER BY d.seq;
 
 -- name: delete_deliveries
 -- Params: sink, (seq, attempts) pairs.
-DELETE FROM outbox_deliveries WHERE sink = ? AND (seq, attempts) IN (/*each*/(?, ?));
+DELETE FROM lapse_outbox_deliveries WHERE sink = ? AND (seq, attempts) IN (/*each*/(?, ?));
 
 -- name: fail_delivery
 -- Params: next_at, error, refused, refused, now, dead, dead, now, sink, seq, attempts.
-UPDATE outbox_deliveries SET
+UPDATE lapse_outbox_deliveries SET
     next_at = ?, last_error = ?,
     refusals = refusals + ?,
     first_refused_at = CASE WHEN ? THEN COALESCE(first_refused_at, ?) ELSE first_refused_at END,
@@ -394,61 +394,61 @@ WHERE sink = ? AND seq = ? AND attempts = ?;
 -- Params: sink, sink ('' for all), dead only, after seq, limit.
 SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
        o.seq, o.event_id, o.type, o.order_id, o.payload, o.created_at
-FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
 WHERE (? = '' OR d.sink = ?) AND (NOT ? OR d.dead) AND d.seq > ?
 ORDER BY d.seq, d.sink LIMIT ?;
 
 -- name: retry_dead
 -- Params: now, sink, sink ('' for all).
-UPDATE outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
+UPDATE lapse_outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
     refusals = 0, first_refused_at = NULL
 WHERE dead AND (? = '' OR sink = ?);
 
 -- name: retry_events
 -- Params: now, sink, sink ('' for all), the event ids.
-UPDATE outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
+UPDATE lapse_outbox_deliveries SET dead = FALSE, dead_at = NULL, next_at = ?,
     refusals = 0, first_refused_at = NULL
 WHERE dead AND (? = '' OR sink = ?)
-  AND seq IN (SELECT seq FROM outbox WHERE event_id IN (/*each*/?));
+  AND seq IN (SELECT seq FROM lapse_outbox WHERE event_id IN (/*each*/?));
 
 -- name: purge_select
 -- Params: dead before, sink, sink ('' for all).
-SELECT sink, seq FROM outbox_deliveries WHERE dead AND dead_at < ? AND (? = '' OR sink = ?)
+SELECT sink, seq FROM lapse_outbox_deliveries WHERE dead AND dead_at < ? AND (? = '' OR sink = ?)
 FOR UPDATE;
 
 -- name: purge_delete
 -- Params: (sink, seq) pairs.
-DELETE FROM outbox_deliveries WHERE (sink, seq) IN (/*each*/(?, ?));
+DELETE FROM lapse_outbox_deliveries WHERE (sink, seq) IN (/*each*/(?, ?));
 
 -- name: mark_drained
 -- Params: now, limit.
-UPDATE outbox SET published_at = ?
+UPDATE lapse_outbox SET published_at = ?
 WHERE published_at IS NULL AND fanned_out
-  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = outbox.seq)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = lapse_outbox.seq)
 ORDER BY seq LIMIT ?;
 
 -- name: delete_outbox
 -- Params: published before, limit.
-DELETE FROM outbox WHERE published_at < ? ORDER BY published_at LIMIT ?;
+DELETE FROM lapse_outbox WHERE published_at < ? ORDER BY published_at LIMIT ?;
 
 -- name: forget_sink
-DELETE FROM outbox_sinks WHERE name = ?;
+DELETE FROM lapse_outbox_sinks WHERE name = ?;
 
 -- name: forget_sink_deliveries
-DELETE FROM outbox_deliveries WHERE sink = ?;
+DELETE FROM lapse_outbox_deliveries WHERE sink = ?;
 
 -- name: outbox_unfanned
-SELECT count(*), min(created_at) FROM outbox WHERE NOT fanned_out;
+SELECT count(*), min(created_at) FROM lapse_outbox WHERE NOT fanned_out;
 
 -- name: outbox_sink_stats
 SELECT s.name,
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
-        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
-    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND d.dead),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
+        SELECT 1 FROM lapse_outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
+    (SELECT o.created_at FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
      WHERE d.sink = s.name AND NOT d.dead ORDER BY d.seq LIMIT 1)
-FROM outbox_sinks s ORDER BY s.name;
+FROM lapse_outbox_sinks s ORDER BY s.name;
 
 -- name: audit_params
 -- Params: now, the allowed lag in milliseconds. Session variables the queries
@@ -475,8 +475,42 @@ SELECT GET_LOCK(CONCAT('lapse_migrate_', SHA1(DATABASE())), ?);
 -- name: migrate_unlock
 SELECT RELEASE_LOCK(CONCAT('lapse_migrate_', SHA1(DATABASE())));
 
+-- name: migrate_state
+-- Whether the database holds lapse_schema_migrations (lapse's since version
+-- 9), and whether it may hold the schema of an earlier lapse instead:
+-- lapse's own schema_migrations (a table with its columns; legacy_init then
+-- checks that it recorded lapse's 001_init) beside lapse's orders,
+-- order_items and stock_ledger. A schema_migrations of anyone else
+-- (golang-migrate's has version and dirty) or an `orders` of the shop's is
+-- not that, and is left alone.
+SELECT EXISTS (SELECT 1 FROM information_schema.tables
+               WHERE table_schema = DATABASE() AND table_name = 'lapse_schema_migrations'),
+       EXISTS (SELECT 1 FROM information_schema.tables
+               WHERE table_schema = DATABASE() AND table_name = 'schema_migrations' AND table_type = 'BASE TABLE')
+       AND (SELECT COUNT(*) FROM information_schema.columns
+            WHERE table_schema = DATABASE() AND (table_name, column_name) IN (
+                ('schema_migrations', 'version'), ('schema_migrations', 'name'), ('schema_migrations', 'applied_at'),
+                ('orders', 'cancel_after'), ('orders', 'payment_attempts'),
+                ('stock_ledger', 'action'), ('order_items', 'qty'))) = 7;
+
+-- name: legacy_init
+SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 1 AND name = 'init');
+
+-- name: legacy_list
+SELECT version FROM schema_migrations;
+
+-- name: legacy_insert
+-- The migration table of lapse before version 9 (Migrate's renameLegacy).
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(3));
+
+-- name: fk_checks_off
+SET SESSION foreign_key_checks = 0;
+
+-- name: fk_checks_on
+SET SESSION foreign_key_checks = 1;
+
 -- name: schema_migrations_create
-CREATE TABLE IF NOT EXISTS schema_migrations (
+CREATE TABLE IF NOT EXISTS lapse_schema_migrations (
     version    INT          NOT NULL,
     name       VARCHAR(255) NOT NULL,
     applied_at DATETIME(3)  NOT NULL,
@@ -484,11 +518,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- name: schema_migrations_list
-SELECT version FROM schema_migrations;
+SELECT version FROM lapse_schema_migrations;
 
 -- name: schema_migrations_insert
 -- Params: version, name. applied_at is the server's clock.
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(3));
+INSERT INTO lapse_schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(3));
 
 -- Stock tasks (store.Tasks; migration 005). The columns every task query
 -- returns: id, order_id, action, reservation_id, items, status, attempts,
@@ -498,31 +532,31 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, UTC_TIME
 -- Params: (id, order id, action, reservation id, items, due, now, now) per
 -- task, PENDING. The unique key (reservation_id, action) refuses a second
 -- task of an action (core.ErrMovedTwice).
-INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at, last_error)
+INSERT INTO lapse_stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at, last_error)
 VALUES /*each*/(?, ?, ?, ?, ?, ?, ?, ?, '');
 
 -- name: claim_tasks_select
 -- Params: now, limit. Walks stock_tasks_due from the earliest due row,
 -- skipping rows other claims hold.
-SELECT id FROM stock_tasks FORCE INDEX (stock_tasks_due)
+SELECT id FROM lapse_stock_tasks FORCE INDEX (stock_tasks_due)
 WHERE status = 'PENDING' AND next_at <= ?
 ORDER BY next_at LIMIT ?
 FOR UPDATE SKIP LOCKED;
 
 -- name: claim_tasks_lease
 -- Params: lease until, the ids.
-UPDATE stock_tasks SET next_at = ?, attempts = attempts + 1 WHERE id IN (/*each*/?);
+UPDATE lapse_stock_tasks SET next_at = ?, attempts = attempts + 1 WHERE id IN (/*each*/?);
 
 -- name: tasks_by_id
 -- Params: the ids.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks WHERE id IN (/*each*/?) ORDER BY next_at, id;
+FROM lapse_stock_tasks WHERE id IN (/*each*/?) ORDER BY next_at, id;
 
 -- name: settle_task
 -- Params: status, next_at, result, error, status, status, now, status, now,
 -- id, attempts (see the PostgreSQL driver).
-UPDATE stock_tasks SET status = ?, next_at = ?, result = ?, last_error = ?,
+UPDATE lapse_stock_tasks SET status = ?, next_at = ?, result = ?, last_error = ?,
     failures = failures + CASE WHEN ? = 'DONE' THEN 0 ELSE 1 END,
     done_at = CASE WHEN ? = 'DONE' THEN ? END,
     dead_at = CASE WHEN ? = 'DEAD' THEN ? END
@@ -542,7 +576,7 @@ LIMIT ?;
 -- the tasks not DONE (or DEAD ones only), through stock_tasks_open.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE (CASE WHEN ? <> '' THEN order_id = ?
             WHEN ? THEN status = 'DEAD'
             ELSE status IN ('PENDING', 'DEAD') END)
@@ -551,34 +585,34 @@ ORDER BY id LIMIT ?;
 
 -- name: retry_dead_tasks
 -- Params: now (twice).
-UPDATE stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
 WHERE status = 'DEAD';
 
 -- name: retry_tasks
 -- Params: now (twice), the ids.
-UPDATE stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
 WHERE status = 'DEAD' AND id IN (/*each*/?);
 
 -- name: task_stats
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
-FROM stock_tasks WHERE status IN ('PENDING', 'DEAD');
+FROM lapse_stock_tasks WHERE status IN ('PENDING', 'DEAD');
 
 -- name: lock_task
 -- Params: reservation id, action.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks WHERE reservation_id = ? AND action = ?
+FROM lapse_stock_tasks WHERE reservation_id = ? AND action = ?
 FOR UPDATE;
 
 -- name: lease_task
 -- Params: the lease's end, id (read back with tasks_by_id).
-UPDATE stock_tasks SET status = 'PENDING', next_at = ?, attempts = attempts + 1, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = ?, attempts = attempts + 1, dead_at = NULL
 WHERE id = ?;
 
 -- name: orders_of_payment
 -- Params: payment id. The orders with an attempt of that id, at most two.
-SELECT order_id FROM payments WHERE payment_id = ? ORDER BY order_id LIMIT 2;
+SELECT order_id FROM lapse_payments WHERE payment_id = ? ORDER BY order_id LIMIT 2;
 
 -- The dashboard's reads (store.Dashboard), each bounded by an index range
 -- whose size does not grow with the table (see the PostgreSQL driver's
@@ -587,34 +621,34 @@ SELECT order_id FROM payments WHERE payment_id = ? ORDER BY order_id LIMIT 2;
 
 -- name: count_status
 -- Params: status, the cap. At most cap entries of (status, cancel_after).
-SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE status = ? LIMIT ?) capped;
+SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE status = ? LIMIT ?) capped;
 
 -- name: count_refund_required
 -- Param: the cap. The refund_required = 1 prefix of (refund_required, id).
-SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE refund_required = 1 LIMIT ?) capped;
+SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE refund_required = 1 LIMIT ?) capped;
 
 -- name: due_per_minute
 -- Params: from, to.
 SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', cancel_after) * 60 AS m, COUNT(*)
-FROM orders WHERE status = 'PENDING' AND cancel_after >= ? AND cancel_after < ?
+FROM lapse_orders WHERE status = 'PENDING' AND cancel_after >= ? AND cancel_after < ?
 GROUP BY m ORDER BY m;
 
 -- name: cancelled_per_minute
 -- Params: from, to.
 SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', cancelled_at) * 60 AS m, COUNT(*)
-FROM orders WHERE cancelled_at >= ? AND cancelled_at < ?
+FROM lapse_orders WHERE cancelled_at >= ? AND cancelled_at < ?
 GROUP BY m ORDER BY m;
 
 -- name: paid_per_minute
 -- Params: from, to.
 SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', paid_at) * 60 AS m, COUNT(*)
-FROM orders WHERE paid_at >= ? AND paid_at < ?
+FROM lapse_orders WHERE paid_at >= ? AND paid_at < ?
 GROUP BY m ORDER BY m;
 
 -- name: refunds_per_minute
 -- Params: from, to.
 SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', updated_at) * 60 AS m, COUNT(*)
-FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ? AND updated_at < ?
+FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ? AND updated_at < ?
 GROUP BY m ORDER BY m;
 
 -- name: find_orders
@@ -626,12 +660,12 @@ SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o
        i.sku, i.qty
 FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
              cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-      FROM orders
+      FROM lapse_orders
       WHERE (? = '' OR status = ?) AND created_at >= ?
         AND (created_at < ? OR (created_at = ? AND id < ?))
       ORDER BY created_at DESC, id DESC
       LIMIT ?) o
-LEFT JOIN order_items i ON i.order_id = o.id
+LEFT JOIN lapse_order_items i ON i.order_id = o.id
 ORDER BY o.created_at DESC, o.id DESC, i.sku;
 
 -- name: find_orders_by_prefix
@@ -643,12 +677,12 @@ SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o
        i.sku, i.qty
 FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
              cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-      FROM orders
+      FROM lapse_orders
       WHERE id >= ? AND id < ? AND id > ? AND LEFT(id, CHAR_LENGTH(?)) = ?
         AND (? = '' OR status = ?) AND created_at >= ? AND created_at < ?
       ORDER BY id
       LIMIT ?) o
-LEFT JOIN order_items i ON i.order_id = o.id
+LEFT JOIN lapse_order_items i ON i.order_id = o.id
 ORDER BY o.id, i.sku;
 
 -- name: refund_orders
@@ -659,16 +693,16 @@ SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o
        i.sku, i.qty
 FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
              cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-      FROM orders WHERE refund_required = 1 AND id > ?
+      FROM lapse_orders WHERE refund_required = 1 AND id > ?
       ORDER BY id LIMIT ?) o
-LEFT JOIN order_items i ON i.order_id = o.id
+LEFT JOIN lapse_order_items i ON i.order_id = o.id
 ORDER BY o.id, i.sku;
 
 -- name: order_events
 -- Param: order id (the outbox_order index).
-SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE order_id = ? ORDER BY seq;
 
 -- name: list_skus
 -- Params: after, limit.
-SELECT sku, available, locked, sold FROM skus WHERE sku > ? ORDER BY sku LIMIT ?;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ? ORDER BY sku LIMIT ?;

@@ -145,13 +145,13 @@ func run(t *testing.T, s *postgres.Store, u string) cancelRun {
 			t.Fatal(err)
 		}
 	}
-	dump(`SELECT id, status, coalesce(cancel_reason, ''), version, cancelled_at IS NOT NULL FROM orders ORDER BY id`)
-	dump(`SELECT action, order_id, sku, qty FROM stock_ledger ORDER BY action, order_id, sku`)
-	dump(`SELECT sku, available, locked, sold FROM skus ORDER BY sku`)
-	dump(`SELECT 'task', order_id, action, reservation_id, items::text, status FROM stock_tasks ORDER BY order_id`)
+	dump(`SELECT id, status, coalesce(cancel_reason, ''), version, cancelled_at IS NOT NULL FROM lapse_orders ORDER BY id`)
+	dump(`SELECT action, order_id, sku, qty FROM lapse_stock_ledger ORDER BY action, order_id, sku`)
+	dump(`SELECT sku, available, locked, sold FROM lapse_skus ORDER BY sku`)
+	dump(`SELECT 'task', order_id, action, reservation_id, items::text, status FROM lapse_stock_tasks ORDER BY order_id`)
 	var events []string
-	r, err := conn.Query(ctx, `SELECT o.order_id, o.type, o.payload::text, o.payload->>'cancelled_at', (SELECT cancelled_at FROM orders WHERE id = o.order_id)
-		FROM outbox o ORDER BY o.seq`)
+	r, err := conn.Query(ctx, `SELECT o.order_id, o.type, o.payload::text, o.payload->>'cancelled_at', (SELECT cancelled_at FROM lapse_orders WHERE id = o.order_id)
+		FROM lapse_outbox o ORDER BY o.seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestCancelEffectsRefusedAtCommitRollBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, u)
-	if _, err := conn.Exec(ctx, `INSERT INTO stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o1', 'a', 'release', 1, now())`); err != nil {
+	if _, err := conn.Exec(ctx, `INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o1', 'a', 'release', 1, now())`); err != nil {
 		t.Fatal(err)
 	}
 	for range 12 { // more than the pool's connections: none is left inside a transaction
@@ -206,13 +206,13 @@ func TestCancelEffectsRefusedAtCommitRollBack(t *testing.T) {
 		t.Fatalf("order after the refused cancel: %v %v, want PENDING", got.Status, err)
 	}
 	var events int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE type = 'order.cancelled'`).Scan(&events); err != nil || events != 0 {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM lapse_outbox WHERE type = 'order.cancelled'`).Scan(&events); err != nil || events != 0 {
 		t.Fatalf("%d cancelled events (%v), want none", events, err)
 	}
 	if sku, err := s.GetSKU(ctx, "a"); err != nil || sku.Locked != 1 || sku.Available != 9 {
 		t.Fatalf("stock after the refused cancel: %+v %v", sku, err)
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM stock_ledger WHERE order_id = 'o1' AND action = 'release'`); err != nil {
+	if _, err := conn.Exec(ctx, `DELETE FROM lapse_stock_ledger WHERE order_id = 'o1' AND action = 'release'`); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"o1"}})

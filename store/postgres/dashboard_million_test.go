@@ -38,7 +38,7 @@ func TestDashboardMillion(t *testing.T) {
 	conn := connect(t, u)
 	start := time.Now()
 	for _, stmt := range []string{
-		`INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after,
+		`INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after,
 		                     paid_at, cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts)
 		 SELECT 'o-' || lpad(g::text, 8, '0'), st, 1999, 'EUR', created, created + interval '15 minutes',
 		        created + interval '16 minutes',
@@ -54,18 +54,18 @@ func TestDashboardMillion(t *testing.T) {
 		              CASE WHEN g % 1000 < 23 THEN now() - (g % 900) * interval '1 second'
 		                   ELSE now() - interval '17 minutes' - (g::float / 1000000) * interval '30 days' END AS created
 		       FROM generate_series(1, 1000000) AS g) AS x`,
-		`INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+		`INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
 		 SELECT id, payment_id, CASE status WHEN 'PAID' THEN 'SUCCEEDED' ELSE 'PENDING' END, 1999, created_at, coalesce(paid_at, created_at)
-		 FROM orders WHERE payment_id IS NOT NULL`,
-		`INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+		 FROM lapse_orders WHERE payment_id IS NOT NULL`,
+		`INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
 		 SELECT id, id || '-late', 'REFUND_REQUIRED', 1999, cancelled_at, cancelled_at + interval '1 minute'
-		 FROM orders WHERE refund_required`,
-		`INSERT INTO outbox (event_id, type, order_id, payload, created_at, published_at, fanned_out)
+		 FROM lapse_orders WHERE refund_required`,
+		`INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at, published_at, fanned_out)
 		 SELECT gen_random_uuid(), 'order.created', 'o-' || lpad((1000001 - g)::text, 8, '0'), '{}', now(), now(), true
 		 FROM generate_series(1, 200000) AS g`,
-		`INSERT INTO skus (sku, available, locked, sold, total, updated_at)
+		`INSERT INTO lapse_skus (sku, available, locked, sold, total, updated_at)
 		 SELECT 'sku-' || g, 1000, 0, 0, 1000, now() FROM generate_series(1, 10000) AS g`,
-		`VACUUM ANALYZE orders`, `VACUUM ANALYZE payments`, `VACUUM ANALYZE outbox`, `VACUUM ANALYZE skus`,
+		`VACUUM ANALYZE lapse_orders`, `VACUUM ANALYZE lapse_payments`, `VACUUM ANALYZE lapse_outbox`, `VACUUM ANALYZE lapse_skus`,
 	} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%.60s…: %v", stmt, err)
@@ -74,7 +74,7 @@ func TestDashboardMillion(t *testing.T) {
 	t.Logf("filled 1,000,000 orders in %s", time.Since(start).Round(time.Second))
 	var counts string
 	if err := conn.QueryRow(ctx, `SELECT string_agg(status || ' ' || n, ', ' ORDER BY status) FROM
-		(SELECT status, count(*) AS n FROM orders GROUP BY status) x`).Scan(&counts); err != nil {
+		(SELECT status, count(*) AS n FROM lapse_orders GROUP BY status) x`).Scan(&counts); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("orders: %s", counts)
@@ -150,7 +150,7 @@ func TestDashboardMillion(t *testing.T) {
 		if median > 50*time.Millisecond {
 			t.Errorf("%s: %s (median of 5), over 50 ms:\n%s", c.label, median, plan)
 		}
-		if strings.Contains(plan, "Seq Scan on orders") {
+		if strings.Contains(plan, "Seq Scan on lapse_orders") {
 			t.Errorf("%s scans orders sequentially:\n%s", c.label, plan)
 		}
 	}

@@ -128,13 +128,13 @@ func interpretError(err error) error {
 		return err
 	}
 	switch pe.ConstraintName {
-	case "orders_pkey":
+	case "lapse_orders_pkey":
 		return refused{store.ErrOrderExists, err}
-	case "orders_reservation":
+	case "lapse_orders_reservation":
 		return refused{store.ErrReservationUsed, err}
-	case "payments_pkey", "payments_payment_id_unique":
+	case "lapse_payments_pkey", "lapse_payments_payment_id_unique":
 		return refused{store.ErrPaymentIDUsed, err}
-	case "stock_ledger_pkey", "stock_tasks_reservation_action":
+	case "lapse_stock_ledger_pkey", "lapse_stock_tasks_reservation_action":
 		return fmt.Errorf("%w: %w", core.ErrMovedTwice, err)
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lapsehq/lapse/internal/migrate"
 	"github.com/lapsehq/lapse/store/core"
 )
 
@@ -15,8 +16,54 @@ import (
 // MigrateFrom applies the migrations under dir of fsys, as Migrate does with
 // the embedded ones: the tests feed it a step that fails.
 func (s *Store) MigrateFrom(ctx context.Context, fsys fs.FS, dir string) error {
-	return s.migrate(ctx, fsys, dir)
+	return s.migrate(ctx, fsys, dir, files, "migrations/legacy")
 }
+
+// MigrateWithLegacy is Migrate with the legacy migrations and rename.sql
+// taken from legacyDir of legacyFS: the tests feed it a rename that fails.
+func (s *Store) MigrateWithLegacy(ctx context.Context, legacyFS fs.FS, legacyDir string) error {
+	return s.migrate(ctx, files, "migrations", legacyFS, legacyDir)
+}
+
+// LegacyVersion is the schema of an earlier lapse: the tests apply these
+// migrations, as that lapse did, to build a database to rename.
+func (s *Store) LegacyVersion(ctx context.Context) error {
+	return s.LegacyVersionFrom(ctx, files, "migrations/legacy")
+}
+
+// LegacyVersionFrom is LegacyVersion with the legacy migrations under dir of
+// fsys (some of them: an earlier lapse at an earlier version).
+func (s *Store) LegacyVersionFrom(ctx context.Context, fsys fs.FS, dir string) error {
+	ms, err := migrate.Load(fsys, dir)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		err := s.WithTx(ctx, core.TxOptions{}, func(t *core.Tx) error {
+			tx := t.ExecutorTx.(txExecutor).tx
+			if _, err := tx.Exec(ctx, legacyTable); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, q.Get("legacy_record"), m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// legacyTable is the migration table of lapse before version 9, as it
+// created it.
+const legacyTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
 
 // Files holds the embedded migrations and queries.
 var Files = files

@@ -248,7 +248,7 @@ func TestAHeldSKURowHoldsUpOnlyItsOwnCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Exec(ctx, `SELECT sku FROM skus WHERE sku = 'held' FOR UPDATE`); err != nil {
+	if _, err := holder.Exec(ctx, `SELECT sku FROM lapse_skus WHERE sku = 'held' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	heldDone := make(chan error, 1)

@@ -11,10 +11,11 @@ import (
 var _ store.Identified = (*Store)(nil)
 
 // Identity implements store.Identified: when the schema's first migration
-// was applied, to the microsecond.
+// was applied (its lowest version: 001 of a schema an earlier lapse created
+// and version 9 renamed, whose identity stays; 009 of one created since), to the microsecond.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	var at time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT applied_at FROM schema_migrations WHERE version = 1`).Scan(&at); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1`).Scan(&at); err != nil {
 		return "", fmt.Errorf("postgres: identity (is the schema migrated?): %w", err)
 	}
 	return "postgres:" + at.UTC().Format(time.RFC3339Nano), nil

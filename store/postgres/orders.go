@@ -224,7 +224,7 @@ func (e executor) Payments(ctx context.Context, orderID string) ([]order.Payment
 }
 
 // InsertPayment implements core.Executor: an id the order already used
-// violates payments_pkey, one another order has payments_payment_id_unique;
+// violates lapse_payments_pkey, one another order has lapse_payments_payment_id_unique;
 // interpretError reads both as store.ErrPaymentIDUsed.
 func (e executor) InsertPayment(ctx context.Context, orderID string, p order.Payment) error {
 	_, err := e.exec(ctx, "insert_payment", orderID, p.PaymentID, string(p.Status), p.AmountCents, p.CreatedAt)

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -49,7 +50,7 @@ import (
 	"github.com/lapsehq/lapse/store/core"
 )
 
-//go:embed migrations/*.sql queries.sql audit.sql
+//go:embed migrations/*.sql migrations/legacy/*.sql queries.sql audit.sql
 var files embed.FS
 
 var (
@@ -212,23 +213,55 @@ func (s *Store) Close() error {
 // transactional: a failed step leaves nothing behind, and an instance that
 // waited for the lock finds the step done). A step that loses a deadlock to
 // live traffic runs again, as the store's own transactions do.
+//
+// Every object lapse creates is named lapse_* (its migration table is
+// lapse_schema_migrations), and Migrate touches no other: a schema holding
+// the shop's own tables, an `orders` or a golang-migrate schema_migrations
+// among them, migrates and keeps them as they were. A schema of an earlier
+// lapse (unprefixed tables, lapse's own schema_migrations) is brought to its
+// last version and renamed in place, in one transaction, before the rest
+// (migrations/legacy/rename.sql says how, and what an earlier lapse then does).
 func (s *Store) Migrate(ctx context.Context) error {
-	return s.migrate(ctx, files, "migrations")
+	return s.migrate(ctx, files, "migrations", files, "migrations/legacy")
 }
 
-func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string) error {
+// renamedVersion is the version at which lapse's tables took their lapse_
+// names: the baseline 009 of a fresh schema, or the rename of an earlier one.
+const renamedVersion = 9
+
+func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string, legacyFS fs.FS, legacyDir string) error {
 	ms, err := migrate.Load(fsys, dir)
 	if err != nil {
 		return err
+	}
+	err = s.WithTx(ctx, core.TxOptions{}, func(t *core.Tx) error {
+		tx := t.ExecutorTx.(txExecutor).tx
+		if _, err := tx.Exec(ctx, q.Get("migrate_lock")); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		var ours, legacy bool
+		if err := tx.QueryRow(ctx, q.Get("migrate_state")).Scan(&ours, &legacy); err != nil {
+			return err
+		}
+		if !ours && legacy {
+			if err := tx.QueryRow(ctx, q.Get("legacy_init")).Scan(&legacy); err != nil {
+				return err
+			}
+		}
+		if !ours && legacy {
+			return renameLegacy(ctx, tx, legacyFS, legacyDir)
+		}
+		_, err := tx.Exec(ctx, q.Get("migrate_table"))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
 	}
 	for _, m := range ms {
 		err := s.WithTx(ctx, core.TxOptions{}, func(t *core.Tx) error {
 			tx := t.ExecutorTx.(txExecutor).tx
 			if _, err := tx.Exec(ctx, q.Get("migrate_lock")); err != nil {
 				return fmt.Errorf("lock: %w", err)
-			}
-			if _, err := tx.Exec(ctx, q.Get("migrate_table")); err != nil {
-				return err
 			}
 			var done bool
 			if err := tx.QueryRow(ctx, q.Get("migrate_applied"), m.Version).Scan(&done); err != nil || done {
@@ -243,6 +276,43 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string) error {
 		if err != nil {
 			return fmt.Errorf("postgres: migration %03d_%s: %w", m.Version, m.Name, err)
 		}
+	}
+	return nil
+}
+
+// renameLegacy brings the schema of an earlier lapse to its last unprefixed
+// version (the legacy migrations it lacks, recorded in its schema_migrations
+// as that lapse did), then renames it to lapse_* and records version 9, all
+// in tx: a failure at any step leaves the schema as it was.
+func renameLegacy(ctx context.Context, tx *pgTx, fsys fs.FS, dir string) error {
+	ms, err := migrate.Load(fsys, dir)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		var done bool
+		if err := tx.QueryRow(ctx, q.Get("legacy_applied"), m.Version).Scan(&done); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if done {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, q.Get("legacy_record"), m.Version, m.Name); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	rename, err := fs.ReadFile(fsys, path.Join(dir, "rename.sql"))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, string(rename)); err != nil {
+		return fmt.Errorf("rename to lapse_*: %w", err)
+	}
+	if _, err := tx.Exec(ctx, q.Get("migrate_record"), renamedVersion, "lapse_tables"); err != nil {
+		return fmt.Errorf("rename to lapse_*: %w", err)
 	}
 	return nil
 }

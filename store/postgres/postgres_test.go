@@ -159,7 +159,7 @@ func TestConcurrentMigrationsAllSucceed(t *testing.T) {
 		}
 	}
 	var n int
-	if err := connect(t, u).QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+	if err := connect(t, u).QueryRow(context.Background(), `SELECT count(*) FROM lapse_schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := fs.Glob(postgres.Files, "migrations/*.up.sql")
@@ -173,32 +173,32 @@ func TestFailedMigrationLeavesTheSchemaAsItWas(t *testing.T) {
 	t.Parallel()
 	u := newSchema(t)
 	s := openURL(t, u, nil)
-	first, err := fs.ReadFile(postgres.Files, "migrations/001_init.up.sql")
+	first, err := fs.ReadFile(postgres.Files, "migrations/009_lapse_tables.up.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fsys := fstest.MapFS{
-		"m/001_init.up.sql": {Data: first},
-		"m/002_broken.up.sql": {Data: []byte(`CREATE TABLE extra (x int);
-ALTER TABLE orders ADD COLUMN y int;
+		"m/009_lapse_tables.up.sql": {Data: first},
+		"m/010_broken.up.sql": {Data: []byte(`CREATE TABLE extra (x int);
+ALTER TABLE lapse_orders ADD COLUMN y int;
 SELECT 1 / 0;`)},
 	}
 	ctx := context.Background()
-	if err := s.MigrateFrom(ctx, fsys, "m"); err == nil || !strings.Contains(err.Error(), "002_broken") {
+	if err := s.MigrateFrom(ctx, fsys, "m"); err == nil || !strings.Contains(err.Error(), "010_broken") {
 		t.Fatalf("broken migration: err = %v", err)
 	}
 	var extra, y bool
 	var version int
 	err = connect(t, u).QueryRow(ctx, `SELECT to_regclass('extra') IS NOT NULL,
-		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'orders' AND column_name = 'y'),
-		(SELECT max(version) FROM schema_migrations)`).Scan(&extra, &y, &version)
+		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'lapse_orders' AND column_name = 'y'),
+		(SELECT max(version) FROM lapse_schema_migrations)`).Scan(&extra, &y, &version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if extra || y || version != 1 {
+	if extra || y || version != 9 {
 		t.Fatalf("after the failed step: table extra %v, column y %v, version %d", extra, y, version)
 	}
-	storetest.Stock(t, s, 1, "a") // version 1 still works
+	storetest.Stock(t, s, 1, "a") // version 9 still works
 }
 
 // The ledger's primary key is what makes a second release impossible even if
@@ -212,7 +212,7 @@ func TestLedgerRefusesASecondRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := connect(t, u).Exec(context.Background(),
-		`INSERT INTO stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o', 'a', 'release', 1, now())`)
+		`INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o', 'a', 'release', 1, now())`)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "23505" {
 		t.Fatalf("a second release row: err = %v, want a unique violation", err)
@@ -238,7 +238,7 @@ func TestDeadlockedTransactionRunsAgain(t *testing.T) {
 			err := s.Tx(ctx, func(tx postgres.TxConn) error {
 				runs[i]++
 				for k, sku := range skus {
-					if _, err := tx.Exec(ctx, `UPDATE skus SET available = available + 1 WHERE sku = $1`, sku); err != nil {
+					if _, err := tx.Exec(ctx, `UPDATE lapse_skus SET available = available + 1 WHERE sku = $1`, sku); err != nil {
 						return err
 					}
 					if k == 0 && runs[i] == 1 {
@@ -270,16 +270,16 @@ func TestDeadlockedTransactionRunsAgain(t *testing.T) {
 func TestAuditDetectsViolations(t *testing.T) {
 	t.Parallel()
 	cases := []storetest.Corruption{
-		{Check: "stock_conserved", SQL: `UPDATE skus SET available = available + 1`},
-		{Check: "locked_matches_open_orders", SQL: `UPDATE skus SET locked = locked + 1, total = total + 1`},
-		{Check: "sold_matches_commits", SQL: `UPDATE skus SET sold = sold + 1, total = total + 1`},
-		{Check: "ledger_matches_status", SQL: `DELETE FROM stock_ledger WHERE action = 'reserve'`},
-		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = now() WHERE status = 'PAID'`},
-		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout',
+		{Check: "stock_conserved", SQL: `UPDATE lapse_skus SET available = available + 1`},
+		{Check: "locked_matches_open_orders", SQL: `UPDATE lapse_skus SET locked = locked + 1, total = total + 1`},
+		{Check: "sold_matches_commits", SQL: `UPDATE lapse_skus SET sold = sold + 1, total = total + 1`},
+		{Check: "ledger_matches_status", SQL: `DELETE FROM lapse_stock_ledger WHERE action = 'reserve'`},
+		{Check: "paid_xor_cancelled", SQL: `UPDATE lapse_orders SET cancelled_at = now() WHERE status = 'PAID'`},
+		{Check: "timeout_not_early", SQL: `UPDATE lapse_orders SET status = 'CANCELLED', cancel_reason = 'timeout',
 			cancelled_at = cancel_after - interval '1 millisecond' WHERE id = 'open'`},
-		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = true WHERE status = 'PAID'`},
-		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
-		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = 'epoch' WHERE id = 'open'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE lapse_orders SET refund_required = true WHERE status = 'PAID'`},
+		{Check: "events_once_per_transition", SQL: `DELETE FROM lapse_outbox WHERE type = 'order.paid'`},
+		{Check: "pending_past_deadline", SQL: `UPDATE lapse_orders SET cancel_after = 'epoch' WHERE id = 'open'`},
 	}
 	var handles sync.Map // store → what exec needs to reach its database
 	factory := func(t *testing.T, clk clock.Clock) store.Store {
@@ -363,13 +363,13 @@ func TestClaimWalksTheScheduleIndex(t *testing.T) {
 	conn := connect(t, u)
 	// 20,000 orders, 1% of them due; the rest pending in the future or done.
 	_, err := conn.Exec(ctx, `
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 SELECT 'o' || g,
        CASE WHEN g % 3 = 0 THEN 'PAID' WHEN g % 3 = 1 THEN 'CANCELLED' ELSE 'PENDING' END,
        100, 'EUR', now(), now(),
        CASE WHEN g % 100 = 2 THEN now() - interval '1 minute' ELSE now() + g * interval '1 second' END
 FROM generate_series(1, 20000) AS g;
-ANALYZE orders`)
+ANALYZE lapse_orders`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,8 +400,8 @@ ANALYZE orders`)
 	}
 	generic := plan("EXPLAIN EXECUTE claim (now(), now(), 200, false)")
 	for name, p := range map[string]string{"custom": custom, "generic": generic} {
-		if !strings.Contains(p, "Index Scan on orders_status_cancel_after") && !strings.Contains(p, "Index Scan using orders_status_cancel_after") ||
-			!strings.Contains(p, "Index Scan using orders_pkey") || !strings.Contains(p, "Limit") ||
+		if !strings.Contains(p, "Index Scan on lapse_orders_status_cancel_after") && !strings.Contains(p, "Index Scan using lapse_orders_status_cancel_after") ||
+			!strings.Contains(p, "Index Scan using lapse_orders_pkey") || !strings.Contains(p, "Limit") ||
 			!strings.Contains(p, "LockRows") || strings.Contains(p, "Seq Scan") {
 			t.Errorf("%s plan of the claim does not walk the schedule index:\n%s", name, p)
 		}
@@ -527,9 +527,9 @@ func TestItemQueriesWalkTheKeyWithoutStatistics(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, u)
 	_, err := conn.Exec(ctx, `
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 SELECT 'o' || g, 'PENDING', 100, 'EUR', now(), now(), now() FROM generate_series(1, 20000) AS g;
-INSERT INTO order_items (order_id, sku, qty)
+INSERT INTO lapse_order_items (order_id, sku, qty)
 SELECT 'o' || g, s, 1 FROM generate_series(1, 20000) AS g, (VALUES ('a'), ('b')) AS v (s)`)
 	if err != nil {
 		t.Fatal(err)
@@ -565,9 +565,9 @@ SELECT 'o' || g, s, 1 FROM generate_series(1, 20000) AS g, (VALUES ('a'), ('b'))
 				t.Fatal(err)
 			}
 			tx.Rollback(ctx)
-			table := "order_items"
+			table := "lapse_order_items"
 			if strings.HasPrefix(c.name, "get_orders") || c.name == "group_existing" {
-				table = "orders"
+				table = "lapse_orders"
 			}
 			if p := strings.Join(lines, "\n"); strings.Contains(p, "Seq Scan on "+table+" ") || !strings.Contains(p, table+"_pkey") {
 				t.Errorf("%s, %s: the plan does not walk %s_pkey:\n%s", c.name, mode, table, p)
@@ -595,14 +595,14 @@ func TestByteOrderWhateverTheCollation(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, u)
-	_, err = conn.Exec(ctx, `ALTER TABLE skus ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu";
-ALTER TABLE order_items ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu"`)
+	_, err = conn.Exec(ctx, `ALTER TABLE lapse_skus ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu";
+ALTER TABLE lapse_order_items ALTER COLUMN sku TYPE text COLLATE "en-US-x-icu"`)
 	if err != nil {
 		t.Fatalf("no ICU collation on this server: %v", err)
 	}
 	skus := []string{"sku-B", "sku-a", "sku-b"} // byte order
 	storetest.Stock(t, s, 1000, skus...)
-	if column := firstColumn(t, conn, `SELECT sku FROM skus ORDER BY sku`); slices.Equal(column, skus) {
+	if column := firstColumn(t, conn, `SELECT sku FROM lapse_skus ORDER BY sku`); slices.Equal(column, skus) {
 		t.Fatalf("the column's collation sorts %v: want an order other than bytes'", column)
 	}
 
@@ -693,9 +693,9 @@ func TestOutboxClaimWalksTheIndexWithStaleStatistics(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, u)
 	_, err := conn.Exec(ctx, `
-INSERT INTO outbox_deliveries (sink, seq, order_id, next_at) VALUES ('hook', 0, 'o0', now());
-ANALYZE outbox_deliveries;
-INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
+INSERT INTO lapse_outbox_deliveries (sink, seq, order_id, next_at) VALUES ('hook', 0, 'o0', now());
+ANALYZE lapse_outbox_deliveries;
+INSERT INTO lapse_outbox_deliveries (sink, seq, order_id, next_at)
 SELECT 'hook', g, 'o' || (g / 2), now() FROM generate_series(1, 20000) AS g`)
 	if err != nil {
 		t.Fatal(err)
@@ -727,8 +727,8 @@ SELECT 'hook', g, 'o' || (g / 2), now() FROM generate_series(1, 20000) AS g`)
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		p := explain("SET LOCAL plan_cache_mode = " + mode)
-		if strings.Contains(p, "Seq Scan on outbox_deliveries") || !strings.Contains(p, "AND (order_id = d.order_id))") {
-			t.Errorf("%s: the claim does not probe outbox_deliveries_order by sink and order id:\n%s", mode, p)
+		if strings.Contains(p, "Seq Scan on lapse_outbox_deliveries") || !strings.Contains(p, "AND (order_id = d.order_id))") {
+			t.Errorf("%s: the claim does not probe lapse_outbox_deliveries_order by sink and order id:\n%s", mode, p)
 		}
 	}
 }

@@ -21,7 +21,7 @@ SELECT date_trunc('milliseconds', clock_timestamp());
 SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
        o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id
 FROM unnest($1::text[]) AS x (id),
-     LATERAL (SELECT * FROM orders WHERE id = x.id OFFSET 0) AS o;
+     LATERAL (SELECT * FROM lapse_orders WHERE id = x.id OFFSET 0) AS o;
 
 -- name: lock_order
 -- One order, its row held until the transaction ends: when a guarded UPDATE
@@ -29,7 +29,7 @@ FROM unnest($1::text[]) AS x (id),
 -- change before it decides (or runs the UPDATE again).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders WHERE id = $1
+FROM lapse_orders WHERE id = $1
 FOR UPDATE;
 
 -- name: get_items
@@ -42,7 +42,7 @@ FOR UPDATE;
 -- database's collation: the order the core locks and compares them in.
 SELECT i.order_id, i.sku, i.qty
 FROM unnest($1::text[]) AS x (id),
-     LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i
+     LATERAL (SELECT order_id, sku, qty FROM lapse_order_items WHERE order_id = x.id OFFSET 0) AS i
 ORDER BY i.order_id, i.sku COLLATE "C";
 
 -- name: list_orders
@@ -50,7 +50,7 @@ ORDER BY i.order_id, i.sku COLLATE "C";
 -- previous page ('infinity' for the first).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE ($1::text = '' OR status = $1::text) AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
 LIMIT $4;
@@ -59,20 +59,20 @@ LIMIT $4;
 -- Takes the key for this request; no row inserted means another request holds
 -- it. A concurrent request with the same key waits here until the first
 -- commits, then inserts nothing and replays its order.
-INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES ($1, $2, $3, $4)
+INSERT INTO lapse_idempotency_keys (key, request_hash, order_id, created_at) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: idempotency_get
-SELECT request_hash, order_id FROM idempotency_keys WHERE key = $1;
+SELECT request_hash, order_id FROM lapse_idempotency_keys WHERE key = $1;
 
 -- name: insert_order
 -- Sent with insert_items in one round trip. $7 the remote reservation, or ''.
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
 VALUES ($1, 'PENDING', $2, $3, $4, $5, $6, NULLIF($7::text, ''));
 
 -- name: insert_items
 -- $2 and $3 are the SKUs and quantities, position by position.
-INSERT INTO order_items (order_id, sku, qty)
+INSERT INTO lapse_order_items (order_id, sku, qty)
 SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 
 -- name: reserve_sku
@@ -80,7 +80,7 @@ SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 -- such SKU). The core reserves an order's SKUs in byte order, the order every
 -- lock of SKU rows takes, so two transactions never wait for each other's
 -- rows in opposite orders.
-UPDATE skus SET available = available - $1, locked = locked + $1, updated_at = $3
+UPDATE lapse_skus SET available = available - $1, locked = locked + $1, updated_at = $3
 WHERE sku = $2 AND available >= $1;
 
 -- name: group_lock_wait
@@ -96,7 +96,7 @@ SELECT set_config('lock_timeout', $1, true);
 -- order ids, position by position). Returns the keys this transaction took;
 -- a key another request holds is not returned (a concurrent holder is waited
 -- for first, as idempotency_claim does).
-INSERT INTO idempotency_keys (key, request_hash, order_id, created_at)
+INSERT INTO lapse_idempotency_keys (key, request_hash, order_id, created_at)
 SELECT k.key, k.hash, k.order_id, $4
 FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k (key, hash, order_id, n)
 ORDER BY k.n
@@ -109,7 +109,7 @@ RETURNING key;
 -- are locked after the sort) and reads what they have: under READ COMMITTED a
 -- row locked FOR UPDATE is the newest committed version, so the counts stay
 -- true until the transaction ends.
-SELECT sku, available FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
+SELECT sku, available FROM lapse_skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
 
 -- name: group_existing
 -- Which order ids of a group of creates are taken, so that a retried create
@@ -121,11 +121,11 @@ SELECT sku, available FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE
 -- (see get_orders): a scan of every order per group halved group commit's
 -- throughput before the first ANALYZE.
 SELECT o.id FROM unnest($1::text[]) AS x (id),
-     LATERAL (SELECT id FROM orders WHERE id = x.id OFFSET 0) AS o;
+     LATERAL (SELECT id FROM lapse_orders WHERE id = x.id OFFSET 0) AS o;
 
 -- name: group_insert_orders
 -- The accepted orders of a group, position by position; $6 is "now".
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 SELECT o.id, 'PENDING', o.amount_cents, o.currency, $6, o.expires_at, o.cancel_after
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::timestamptz[], $5::timestamptz[])
      AS o (id, amount_cents, currency, expires_at, cancel_after);
@@ -133,7 +133,7 @@ FROM unnest($1::text[], $2::bigint[], $3::text[], $4::timestamptz[], $5::timesta
 -- name: group_insert_items
 -- The items of the accepted orders: order id, SKU and quantity, position by
 -- position.
-INSERT INTO order_items (order_id, sku, qty)
+INSERT INTO lapse_order_items (order_id, sku, qty)
 SELECT i.order_id, i.sku, i.qty FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i (order_id, sku, qty);
 
 -- name: group_reserve
@@ -142,24 +142,24 @@ SELECT i.order_id, i.sku, i.qty FROM unnest($1::text[], $2::text[], $3::bigint[]
 -- available >= qty on what it read; the condition is repeated so a mistake
 -- changes fewer rows than SKUs, which the driver reports as
 -- core.ErrGroupMismatch.
-UPDATE skus SET available = skus.available - d.qty, locked = skus.locked + d.qty, updated_at = $3
+UPDATE lapse_skus SET available = lapse_skus.available - d.qty, locked = lapse_skus.locked + d.qty, updated_at = $3
 FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
-WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]) AND skus.available >= d.qty;
+WHERE lapse_skus.sku = d.sku AND lapse_skus.sku = ANY($1::text[]) AND lapse_skus.available >= d.qty;
 
 -- name: group_release_keys
 -- The keys a group took for orders it then refused (an order id taken, not
 -- enough stock): as the rollback of a lone create would, the key is left free
 -- for a retry.
-DELETE FROM idempotency_keys WHERE key = ANY($1::text[]);
+DELETE FROM lapse_idempotency_keys WHERE key = ANY($1::text[]);
 
 -- name: ledger_insert
 -- One ledger row per item of the orders in $1; the primary key
 -- (order_id, sku, action) refuses a second row of the same action.
 -- The items are read as get_items reads them, key lookup by key lookup.
-INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
+INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
 SELECT i.order_id, i.sku, $2, i.qty, $3
 FROM unnest($1::text[]) AS x (id),
-     LATERAL (SELECT order_id, sku, qty FROM order_items WHERE order_id = x.id OFFSET 0) AS i;
+     LATERAL (SELECT order_id, sku, qty FROM lapse_order_items WHERE order_id = x.id OFFSET 0) AS i;
 
 -- name: lock_skus
 -- Locks the SKU rows $1 in byte order (COLLATE "C", whatever the database's
@@ -167,27 +167,27 @@ FROM unnest($1::text[]) AS x (id),
 -- touches them in whatever order its plan produces: two transactions sharing
 -- SKUs then queue instead of deadlocking. The condition on skus alone keeps it
 -- an index scan however large the table.
-SELECT sku FROM skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
+SELECT sku FROM lapse_skus WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE;
 
 -- name: release_stock
 -- $1 SKUs, $2 the quantity of each that the orders being cancelled hold:
 -- locked units go back to available. skus.sku = ANY($1) gives the planner an
 -- index condition; joined to the unnest alone, it may scan every SKU.
-UPDATE skus SET locked = skus.locked - d.qty, available = skus.available + d.qty, updated_at = $3
+UPDATE lapse_skus SET locked = lapse_skus.locked - d.qty, available = lapse_skus.available + d.qty, updated_at = $3
 FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
-WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]);
+WHERE lapse_skus.sku = d.sku AND lapse_skus.sku = ANY($1::text[]);
 
 -- name: commit_stock
 -- $1 SKUs, $2 the quantity of each that the orders being paid hold: locked
 -- units become sold.
-UPDATE skus SET locked = skus.locked - d.qty, sold = skus.sold + d.qty, updated_at = $3
+UPDATE lapse_skus SET locked = lapse_skus.locked - d.qty, sold = lapse_skus.sold + d.qty, updated_at = $3
 FROM unnest($1::text[], $2::bigint[]) AS d (sku, qty)
-WHERE skus.sku = d.sku AND skus.sku = ANY($1::text[]);
+WHERE lapse_skus.sku = d.sku AND lapse_skus.sku = ANY($1::text[]);
 
 -- name: insert_events
 -- One row per event, in the order given: $3, $4 and $5 are the event ids,
 -- order ids and JSON payloads, position by position.
-INSERT INTO outbox (event_id, type, order_id, payload, created_at)
+INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at)
 SELECT e.id::uuid, $1, e.order_id, e.payload::json, $2
 FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e (id, order_id, payload, n)
 ORDER BY e.n;
@@ -195,9 +195,9 @@ ORDER BY e.n;
 -- name: start_payment
 -- $1 id, $2 now, $3 the attempt's payment id, or '' for "<id>-<n>" (n: the
 -- order's attempts so far + 1).
-UPDATE orders SET status = 'PAYING', version = version + 1,
+UPDATE lapse_orders SET status = 'PAYING', version = version + 1,
     payment_id = CASE WHEN $3::text <> '' THEN $3::text
-                      ELSE id || '-' || ((SELECT count(*) FROM payments WHERE order_id = $1) + 1) END
+                      ELSE id || '-' || ((SELECT count(*) FROM lapse_payments WHERE order_id = $1) + 1) END
 WHERE id = $1 AND status = 'PENDING' AND expires_at > $2
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -205,29 +205,29 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: supersede_payment
 -- $1 id, $2 the current payment id ('' for none: an order PAYING since before
 -- attempts had ids), $3 the new one, $4 now.
-UPDATE orders SET payment_id = $3, version = version + 1
+UPDATE lapse_orders SET payment_id = $3, version = version + 1
 WHERE id = $1 AND status = 'PAYING' AND COALESCE(payment_id, '') = $2 AND expires_at > $4
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: callback_seen
 -- Remember a callback; no row inserted means it was applied before.
-INSERT INTO payment_callbacks (callback_id, order_id, seen_at) VALUES ($1, $2, $3)
+INSERT INTO lapse_payment_callbacks (callback_id, order_id, seen_at) VALUES ($1, $2, $3)
 ON CONFLICT (callback_id) DO NOTHING;
 
 -- name: callback_purge
 -- Forget callbacks older than store.CallbackMemory; sent with callback_seen in
 -- one round trip.
-DELETE FROM payment_callbacks WHERE seen_at < $1;
+DELETE FROM lapse_payment_callbacks WHERE seen_at < $1;
 
 -- name: mark_paid
 -- $1 id, $2 now, $3 the paying attempt's payment id, $4 the amount and $5 the
 -- currency reported ('' for the order's). It pays only what the order asks,
 -- and never by an attempt that has ended (a later report of it is a
 -- conflict) nor while another attempt is open (the core supersedes it first).
-UPDATE orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
+UPDATE lapse_orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
 WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4 AND ($5 = '' OR currency = $5)
-  AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = $1
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = $1
                   AND ((p.payment_id = $3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
                     OR (p.payment_id <> $3 AND p.status = 'PENDING')))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
@@ -238,7 +238,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- lock that it must be given back. When it is the current attempt of a
 -- PAYING order, that attempt has ended: the order is PENDING again, as after
 -- a failure, so its timer cancels it or a new attempt pays it.
-UPDATE orders SET refund_required = true, version = version + 1,
+UPDATE lapse_orders SET refund_required = true, version = version + 1,
     status = CASE WHEN status = 'PAYING' AND payment_id = $2 THEN 'PENDING' ELSE status END,
     payment_attempts = payment_attempts + CASE WHEN status = 'PAYING' AND payment_id = $2 THEN 1 ELSE 0 END
 WHERE id = $1
@@ -248,42 +248,42 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: fail_payment
 -- $1 id, $2 the failed attempt's payment id: only the current attempt moves
 -- the order (an order PAYING since before attempts had ids has none).
-UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+UPDATE lapse_orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = $1 AND status = 'PAYING' AND (payment_id = $2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: get_payments
 -- The attempts of order $1, oldest first (ties in payment id byte order).
-SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM payments
+SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM lapse_payments
 WHERE order_id = $1 ORDER BY created_at, payment_id COLLATE "C";
 
 -- name: insert_payment
 -- $1 order id, $2 payment id, $3 status, $4 amount, $5 created_at = updated_at.
--- An id the order already used violates payments_pkey (store.ErrPaymentIDUsed).
-INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+-- An id the order already used violates lapse_payments_pkey (store.ErrPaymentIDUsed).
+INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $5);
 
 -- name: save_payment
 -- An attempt's outcome ($3 status, $4 amount, $5 now, $6 currency); an
 -- attempt lapse never started (reported by the gateway) is inserted. An
 -- attempt that has ended is never moved (the core decides before); a payment
--- id another order has violates payments_payment_id_unique.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
+-- id another order has violates lapse_payments_payment_id_unique.
+INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $6, $5, $5)
 ON CONFLICT (order_id, payment_id) DO UPDATE SET
     status = excluded.status, amount_cents = excluded.amount_cents, currency = excluded.currency,
     updated_at = excluded.updated_at
-WHERE payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
 
 -- name: note_conflict
 -- $1 order id, $2 payment id: a report that disagreed with how the attempt ended.
-UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = $1 AND payment_id = $2;
+UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = $1 AND payment_id = $2;
 
 -- name: end_payment
 -- $1 order id, $2 payment id, $3 the status it ends in, $4 now: only an open
 -- attempt (PENDING, SUPERSEDED) ends.
-UPDATE payments SET status = $3, updated_at = $4
+UPDATE lapse_payments SET status = $3, updated_at = $4
 WHERE order_id = $1 AND payment_id = $2 AND status IN ('PENDING', 'SUPERSEDED');
 
 -- name: extend_order
@@ -297,7 +297,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: buyer_cancel
-UPDATE orders SET status = 'CANCELLED', cancelled_at = $2, cancel_reason = 'buyer', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $2, cancel_reason = 'buyer', version = version + 1
 WHERE id = $1 AND status = 'PENDING'
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -306,7 +306,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- $1 now, $2 the ids of the batch, $3 true to leave orders with a failed
 -- payment attempt alone, $4 true when the gateway confirmed the trades closed
 -- (PAYING and attempted orders are cancelled too).
-UPDATE orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
 WHERE id = ANY($2::text[])
   AND cancel_after <= $1
   AND (status = 'PENDING' OR ($4::boolean AND status = 'PAYING'))
@@ -318,14 +318,14 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- $1 now, $2 now - lag, $3 batch size, $4 true to leave attempted orders alone.
 -- LEAST: the claim never takes an order before its cancel_after, whatever lag
 -- it is given (one index condition, so the walk below is unchanged).
--- The subquery walks orders_status_cancel_after from the oldest deadline and
+-- The subquery walks lapse_orders_status_cancel_after from the oldest deadline and
 -- stops after $3 rows it could lock: rows another claimer holds are skipped,
 -- so concurrent claimers take disjoint batches without waiting. ARRAY(…)
 -- makes it an init plan run once, whose ids the UPDATE then finds through the
 -- primary key: written as id IN (…), a generic plan may hash-join it against
 -- a sequential scan of every PENDING order.
-UPDATE orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
-WHERE id = ANY (ARRAY(SELECT id FROM orders
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
+WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders
                       WHERE status = 'PENDING' AND cancel_after <= LEAST($2::timestamptz, $1::timestamptz)
                         AND (NOT $4::boolean OR payment_attempts = 0)
                       ORDER BY cancel_after
@@ -347,7 +347,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- byte order, as get_items gives them.
 WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
 done AS (
-  UPDATE orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
+  UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
   WHERE id = ANY($1::text[])
     AND cancel_after <= (SELECT now FROM clock)
     AND (status = 'PENDING' OR ($3::boolean AND status = 'PAYING'))
@@ -361,7 +361,7 @@ SELECT clock.now, d.id, d.status, d.amount_cents, d.currency, d.created_at, d.ex
 FROM clock
 LEFT JOIN done AS d ON true
 LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array_agg(qty ORDER BY sku COLLATE "C") AS qtys
-                   FROM order_items WHERE order_id = d.id) AS i ON true;
+                   FROM lapse_order_items WHERE order_id = d.id) AS i ON true;
 
 -- name: claim_due_clocked
 -- claim_due with the clock folded in, as cancel_due_clocked: $1 the lag (an
@@ -369,8 +369,8 @@ LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array
 -- past now), $2 batch size, $3 true to leave attempted orders alone.
 WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
 done AS (
-  UPDATE orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
-  WHERE id = ANY (ARRAY(SELECT id FROM orders
+  UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
+  WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders
                         WHERE status = 'PENDING' AND cancel_after <= (SELECT now - greatest($1::interval, interval '0') FROM clock)
                           AND (NOT $3::boolean OR payment_attempts = 0)
                         ORDER BY cancel_after
@@ -386,12 +386,12 @@ SELECT clock.now, d.id, d.status, d.amount_cents, d.currency, d.created_at, d.ex
 FROM clock
 LEFT JOIN done AS d ON true
 LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array_agg(qty ORDER BY sku COLLATE "C") AS qtys
-                   FROM order_items WHERE order_id = d.id) AS i ON true;
+                   FROM lapse_order_items WHERE order_id = d.id) AS i ON true;
 
 -- name: payment_checks
 -- $1 now - lag, $2 limit. Both kinds of order are found through
--- orders_status_cancel_after, one index range per status.
-SELECT id, cancel_after FROM orders
+-- lapse_orders_status_cancel_after, one index range per status.
+SELECT id, cancel_after FROM lapse_orders
 WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= $1
 ORDER BY cancel_after
 LIMIT $2;
@@ -400,47 +400,47 @@ LIMIT $2;
 -- $1 true to leave out orders with a failed payment attempt, as claim_due
 -- does when a gateway checks them: a poller that counted them would wake for
 -- an order its claim skips, again and again.
-SELECT min(cancel_after) FROM orders
+SELECT min(cancel_after) FROM lapse_orders
 WHERE status = 'PENDING' AND (NOT $1::boolean OR payment_attempts = 0);
 
 -- name: pending_deadlines
 -- The first condition on cancel_after alone lets the index bound the scan;
 -- the row comparison then breaks ties by id.
-SELECT id, cancel_after FROM orders
+SELECT id, cancel_after FROM lapse_orders
 WHERE status = 'PENDING' AND cancel_after >= $1::timestamptz AND (cancel_after, id) > ($1::timestamptz, $2::text)
 ORDER BY cancel_after, id
 LIMIT $3;
 
 -- name: count_stuck
-SELECT count(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= $1;
+SELECT count(*) FROM lapse_orders WHERE status = 'PAYING' AND cancel_after <= $1;
 
 -- name: set_stock
-INSERT INTO skus (sku, available, total, updated_at) VALUES ($1, $2, $2, $3)
+INSERT INTO lapse_skus (sku, available, total, updated_at) VALUES ($1, $2, $2, $3)
 ON CONFLICT (sku) DO UPDATE SET
     available = excluded.available,
-    total = excluded.available + skus.locked + skus.sold,
+    total = excluded.available + lapse_skus.locked + lapse_skus.sold,
     updated_at = excluded.updated_at
 RETURNING sku, available, locked, sold;
 
 -- name: get_sku
-SELECT sku, available, locked, sold FROM skus WHERE sku = $1;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku = $1;
 
 -- name: unpublished_events
-SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbox
+SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM lapse_outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT $1;
 
 -- name: mark_published
 -- Events whose every sink has delivered them (no delivery row left).
-UPDATE outbox o SET published_at = $1
+UPDATE lapse_outbox o SET published_at = $1
 WHERE o.seq = ANY($2::bigint[]) AND o.published_at IS NULL AND o.fanned_out
-  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = o.seq);
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = o.seq);
 
 -- name: register_sinks
-INSERT INTO outbox_sinks (name, registered_at)
+INSERT INTO lapse_outbox_sinks (name, registered_at)
 SELECT unnest($1::text[]), $2 ON CONFLICT (name) DO NOTHING;
 
 -- name: lock_fanout
-SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
+SELECT id FROM lapse_outbox_fanout FOR UPDATE SKIP LOCKED;
 
 -- name: fan_out
 -- Params: limit, now. Runs holding outbox_fanout's row (lock_fanout).
@@ -450,50 +450,50 @@ SELECT id FROM outbox_fanout FOR UPDATE SKIP LOCKED;
 -- sequential scan of the whole outbox on every fan-out, the relay's largest
 -- cost while a burst of cancels fills the outbox.
 WITH f AS (
-    SELECT seq, order_id FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1
+    SELECT seq, order_id FROM lapse_outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1
 ), d AS (
-    INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
-    SELECT s.name, f.seq, f.order_id, $2 FROM f CROSS JOIN outbox_sinks s
+    INSERT INTO lapse_outbox_deliveries (sink, seq, order_id, next_at)
+    SELECT s.name, f.seq, f.order_id, $2 FROM f CROSS JOIN lapse_outbox_sinks s
     ON CONFLICT (sink, seq) DO NOTHING
 )
-UPDATE outbox o SET fanned_out = true WHERE o.seq = ANY (ARRAY(SELECT seq FROM f));
+UPDATE lapse_outbox o SET fanned_out = true WHERE o.seq = ANY (ARRAY(SELECT seq FROM f));
 
 -- name: claim_deliveries
 -- Params: sink, limit, now, lease until. The first pending seq of each
 -- order only, rows other claims hold skipped: one event of an order in
 -- flight per sink. The head is found as "the lowest seq of (sink, order)",
--- a LIMIT 1 walk of outbox_deliveries_order: written as NOT EXISTS (a lower
+-- a LIMIT 1 walk of lapse_outbox_deliveries_order: written as NOT EXISTS (a lower
 -- seq), the planner — with statistics taken while the table was nearly
 -- empty — probed that index by sink alone, reading every pending row of the
 -- sink once per candidate, and a relay stalled at a few thousand pending
 -- events (TestOutboxClaimWalksTheIndexWithStaleStatistics).
 WITH c AS (
-    SELECT d.sink, d.seq FROM outbox_deliveries d
+    SELECT d.sink, d.seq FROM lapse_outbox_deliveries d
     WHERE d.sink = $1 AND NOT d.dead AND d.next_at <= $3
       AND d.seq = (
-          SELECT p.seq FROM outbox_deliveries p
+          SELECT p.seq FROM lapse_outbox_deliveries p
           WHERE p.sink = $1 AND p.order_id = d.order_id
           ORDER BY p.sink, p.order_id, p.seq LIMIT 1)
     ORDER BY d.seq LIMIT $2
     FOR UPDATE OF d SKIP LOCKED
 ), u AS (
-    UPDATE outbox_deliveries d SET next_at = $4, attempts = d.attempts + 1
+    UPDATE lapse_outbox_deliveries d SET next_at = $4, attempts = d.attempts + 1
     FROM c WHERE d.sink = c.sink AND d.seq = c.seq
     RETURNING d.seq, d.attempts, d.refusals, d.first_refused_at
 )
 SELECT u.seq, u.attempts, u.refusals, u.first_refused_at,
        o.event_id::text, o.type, o.order_id, o.payload::text, o.created_at
-FROM u JOIN outbox o ON o.seq = u.seq ORDER BY u.seq;
+FROM u JOIN lapse_outbox o ON o.seq = u.seq ORDER BY u.seq;
 
 -- name: delete_deliveries
 -- Params: sink, seqs, attempts (pairs).
-DELETE FROM outbox_deliveries d
+DELETE FROM lapse_outbox_deliveries d
 USING unnest($2::bigint[], $3::int[]) AS x(seq, attempts)
 WHERE d.sink = $1 AND d.seq = x.seq AND d.attempts = x.attempts;
 
 -- name: fail_delivery
 -- Params: sink, seq, attempts, now, next_at, error, refused, dead.
-UPDATE outbox_deliveries SET
+UPDATE lapse_outbox_deliveries SET
     next_at = $5, last_error = $6,
     refusals = refusals + CASE WHEN $7 THEN 1 ELSE 0 END,
     first_refused_at = CASE WHEN $7 THEN COALESCE(first_refused_at, $4) ELSE first_refused_at END,
@@ -504,54 +504,54 @@ WHERE sink = $1 AND seq = $2 AND attempts = $3;
 -- Params: sink ('' for all), dead only, after seq, limit.
 SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
        o.seq, o.event_id::text, o.type, o.order_id, o.payload::text, o.created_at
-FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
 WHERE ($1 = '' OR d.sink = $1) AND (NOT $2 OR d.dead) AND d.seq > $3
 ORDER BY d.seq, d.sink LIMIT $4;
 
 -- name: retry_deliveries
 -- Params: event ids (or NULL for every dead one), sink ('' for all), now.
-UPDATE outbox_deliveries d SET dead = false, dead_at = NULL, next_at = $3,
+UPDATE lapse_outbox_deliveries d SET dead = false, dead_at = NULL, next_at = $3,
     refusals = 0, first_refused_at = NULL
 WHERE d.dead AND ($2 = '' OR d.sink = $2)
-  AND ($1::uuid[] IS NULL OR d.seq IN (SELECT seq FROM outbox WHERE event_id = ANY($1::uuid[])));
+  AND ($1::uuid[] IS NULL OR d.seq IN (SELECT seq FROM lapse_outbox WHERE event_id = ANY($1::uuid[])));
 
 -- name: purge_deliveries
 -- Params: dead before, sink ('' for all).
-DELETE FROM outbox_deliveries WHERE dead AND dead_at < $1 AND ($2 = '' OR sink = $2)
+DELETE FROM lapse_outbox_deliveries WHERE dead AND dead_at < $1 AND ($2 = '' OR sink = $2)
 RETURNING seq;
 
 -- name: mark_drained
 -- Params: limit, now.
-UPDATE outbox o SET published_at = $2
+UPDATE lapse_outbox o SET published_at = $2
 WHERE o.seq IN (
-    SELECT u.seq FROM outbox u
+    SELECT u.seq FROM lapse_outbox u
     WHERE u.published_at IS NULL AND u.fanned_out
-      AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = u.seq)
+      AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = u.seq)
     ORDER BY u.seq LIMIT $1);
 
 -- name: delete_outbox
 -- Params: published before, limit.
-DELETE FROM outbox WHERE seq IN (
-    SELECT seq FROM outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2);
+DELETE FROM lapse_outbox WHERE seq IN (
+    SELECT seq FROM lapse_outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2);
 
 -- name: forget_sink
-DELETE FROM outbox_sinks WHERE name = $1;
+DELETE FROM lapse_outbox_sinks WHERE name = $1;
 
 -- name: forget_sink_deliveries
-DELETE FROM outbox_deliveries WHERE sink = $1;
+DELETE FROM lapse_outbox_deliveries WHERE sink = $1;
 
 -- name: outbox_unfanned
-SELECT count(*), min(created_at) FROM outbox WHERE NOT fanned_out;
+SELECT count(*), min(created_at) FROM lapse_outbox WHERE NOT fanned_out;
 
 -- name: outbox_sink_stats
 SELECT s.name,
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
-        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
-    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND d.dead),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND NOT d.dead AND EXISTS (
+        SELECT 1 FROM lapse_outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead AND x.seq < d.seq)),
+    (SELECT o.created_at FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
      WHERE d.sink = s.name AND NOT d.dead ORDER BY d.seq LIMIT 1)
-FROM outbox_sinks s ORDER BY s.name;
+FROM lapse_outbox_sinks s ORDER BY s.name;
 
 -- name: savepoint
 -- The savepoints bracket one create of a group in the core's general path;
@@ -570,18 +570,49 @@ RELEASE SAVEPOINT create_order;
 -- here, and the lock ends with the transaction.
 SELECT pg_advisory_xact_lock(hashtext('lapse.migrate'), hashtext(COALESCE(current_schema(), '')));
 
+-- name: migrate_state
+-- Whether the current schema holds lapse_schema_migrations (lapse's since
+-- version 9), and whether it may hold the schema of an earlier lapse instead:
+-- lapse's own schema_migrations (a table with its columns; legacy_init then
+-- checks that it recorded lapse's 001_init) beside lapse's orders,
+-- order_items and stock_ledger. A schema_migrations of anyone
+-- else (golang-migrate's has version and dirty) or an `orders` of the
+-- shop's is not that, and is left alone.
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class
+               WHERE relnamespace = current_schema()::regnamespace AND relname = 'lapse_schema_migrations'),
+       EXISTS (SELECT 1 FROM information_schema.tables
+               WHERE table_schema = current_schema() AND table_name = 'schema_migrations' AND table_type = 'BASE TABLE')
+       AND (SELECT count(*) FROM information_schema.columns
+            WHERE table_schema = current_schema() AND (table_name, column_name) IN (
+                ('schema_migrations', 'version'), ('schema_migrations', 'name'), ('schema_migrations', 'applied_at'),
+                ('orders', 'cancel_after'), ('orders', 'payment_attempts'),
+                ('stock_ledger', 'action'), ('order_items', 'qty'))) = 7;
+
+-- name: legacy_init
+-- Whether that schema_migrations records lapse's 001_init (asked only once
+-- migrate_state found the table with lapse's columns).
+SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 1 AND name = 'init');
+
+-- name: legacy_applied
+-- Whether an earlier lapse's schema has legacy migration $1 (Migrate's
+-- renameLegacy, before the rename).
+SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1);
+
+-- name: legacy_record
+INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
+
 -- name: migrate_table
-CREATE TABLE IF NOT EXISTS schema_migrations (
+CREATE TABLE IF NOT EXISTS lapse_schema_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- name: migrate_applied
-SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1);
+SELECT EXISTS (SELECT 1 FROM lapse_schema_migrations WHERE version = $1);
 
 -- name: migrate_record
-INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
+INSERT INTO lapse_schema_migrations (version, name) VALUES ($1, $2);
 
 -- Stock tasks (store.Tasks; migration 005). The columns every task query
 -- returns: id, order_id, action, reservation_id, items, status, attempts,
@@ -590,18 +621,18 @@ INSERT INTO schema_migrations (version, name) VALUES ($1, $2);
 -- name: insert_tasks
 -- One PENDING task per position of $2…$6 (ids, order ids, actions,
 -- reservation ids, items), written at $1 and due at $7. The key (reservation_id,
--- action) refuses a second task of an action (stock_tasks_reservation_action
+-- action) refuses a second task of an action (lapse_stock_tasks_reservation_action
 -- → core.ErrMovedTwice).
-INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
+INSERT INTO lapse_stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
 SELECT t.id, t.order_id, t.action, t.reservation_id, t.items, $7, $1, $1
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS t (id, order_id, action, reservation_id, items);
 
 -- name: claim_tasks
 -- $1 now, $2 the lease's end, $3 batch size. The subquery walks
--- stock_tasks_due from the earliest due row, skipping rows another claim
+-- lapse_stock_tasks_due from the earliest due row, skipping rows another claim
 -- holds; ARRAY(…) runs it once, and the UPDATE finds its ids by primary key.
-UPDATE stock_tasks SET next_at = $2, attempts = attempts + 1
-WHERE id = ANY (ARRAY(SELECT id FROM stock_tasks
+UPDATE lapse_stock_tasks SET next_at = $2, attempts = attempts + 1
+WHERE id = ANY (ARRAY(SELECT id FROM lapse_stock_tasks
                       WHERE status = 'PENDING' AND next_at <= $1
                       ORDER BY next_at
                       LIMIT $3
@@ -614,7 +645,7 @@ RETURNING id, order_id, action, reservation_id, items, status, attempts, failure
 -- $1 id, $2 the claim's attempts, $3 the new status (PENDING, DONE, DEAD),
 -- $4 now, $5 when it is due again, $6 the answer, $7 the error. A failure
 -- counts one more; a row another claim took since (attempts moved on) is left.
-UPDATE stock_tasks SET status = $3, next_at = $5, result = $6, last_error = $7,
+UPDATE lapse_stock_tasks SET status = $3, next_at = $5, result = $6, last_error = $7,
     failures = failures + CASE WHEN $3 = 'DONE' THEN 0 ELSE 1 END,
     done_at = CASE WHEN $3 = 'DONE' THEN $4::timestamptz END,
     dead_at = CASE WHEN $3 = 'DEAD' THEN $4::timestamptz END
@@ -631,10 +662,10 @@ LIMIT $2;
 
 -- name: list_tasks
 -- $1 true for DEAD tasks only, $2 an order id ('' for any: then the tasks
--- not DONE, through stock_tasks_open), $3 the cursor (ids after it), $4 limit.
+-- not DONE, through lapse_stock_tasks_open), $3 the cursor (ids after it), $4 limit.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE CASE WHEN $2::text <> '' THEN order_id = $2::text
            WHEN $1::boolean THEN status = 'DEAD'
            ELSE status <> 'DONE' END
@@ -645,24 +676,24 @@ LIMIT $4;
 -- name: retry_tasks
 -- $1 now, $2 ids, $3 true for every DEAD task: PENDING and due now, failures
 -- and age counted from now.
-UPDATE stock_tasks SET status = 'PENDING', next_at = $1, since = $1, failures = 0, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = $1, since = $1, failures = 0, dead_at = NULL
 WHERE status = 'DEAD' AND ($3::boolean OR id = ANY($2::text[]));
 
 -- name: task_stats
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'DEAD'),
        min(created_at) FILTER (WHERE status = 'PENDING')
-FROM stock_tasks WHERE status <> 'DONE';
+FROM lapse_stock_tasks WHERE status <> 'DONE';
 
 -- name: lock_task
 -- $1 reservation id, $2 action: the task, its row held until the transaction ends.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks WHERE reservation_id = $1 AND action = $2
+FROM lapse_stock_tasks WHERE reservation_id = $1 AND action = $2
 FOR UPDATE;
 
 -- name: lease_task
 -- $1 id, $2 the lease's end: PENDING and held by the caller's claim.
-UPDATE stock_tasks SET status = 'PENDING', next_at = $2, attempts = attempts + 1, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = $2, attempts = attempts + 1, dead_at = NULL
 WHERE id = $1
 RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
           created_at, done_at, dead_at, result, last_error;
@@ -670,7 +701,7 @@ RETURNING id, order_id, action, reservation_id, items, status, attempts, failure
 -- name: orders_of_payment
 -- The orders with an attempt named $1, at most two (one is the answer; two
 -- say the id is ambiguous).
-SELECT order_id FROM payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;
+SELECT order_id FROM lapse_payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;
 
 -- The dashboard's reads (store.Dashboard). Each is bounded by an index
 -- range whose size does not grow with the table: what each costs at 10 M
@@ -683,49 +714,49 @@ SELECT order_id FROM payments WHERE payment_id = $1 ORDER BY order_id LIMIT 2;
 -- entries read (10,000: 1–5 ms), however many orders the status holds.
 -- (Index-only once VACUUM has set the visibility map; before, a heap fetch
 -- per entry, still bounded by the cap.)
-SELECT count(*) FROM (SELECT 1 FROM orders WHERE status = $1 LIMIT $2) AS capped;
+SELECT count(*) FROM (SELECT 1 FROM lapse_orders WHERE status = $1 LIMIT $2) AS capped;
 
 -- name: count_refund_required
--- The orders_refund_required partial index holds only flagged orders, a
+-- The lapse_orders_refund_required partial index holds only flagged orders, a
 -- handful at any size; capped all the same.
-SELECT count(*) FROM (SELECT 1 FROM orders WHERE refund_required LIMIT $1) AS capped;
+SELECT count(*) FROM (SELECT 1 FROM lapse_orders WHERE refund_required LIMIT $1) AS capped;
 
 -- name: due_per_minute
 -- PENDING orders due in [$1, $2) by minute: a range of (status,
 -- cancel_after), index-only; its size is the orders due in the next hour
 -- (the rate of creates times the share still pending), not the table's.
 SELECT floor(extract(epoch FROM cancel_after) / 60)::bigint * 60, count(*)
-FROM orders WHERE status = 'PENDING' AND cancel_after >= $1 AND cancel_after < $2
+FROM lapse_orders WHERE status = 'PENDING' AND cancel_after >= $1 AND cancel_after < $2
 GROUP BY 1 ORDER BY 1;
 
 -- name: cancelled_per_minute
--- Orders cancelled in [$1, $2) by minute: a range of the orders_cancelled_at
+-- Orders cancelled in [$1, $2) by minute: a range of the lapse_orders_cancelled_at
 -- partial index, index-only; its size is the last hour's cancels.
 SELECT floor(extract(epoch FROM cancelled_at) / 60)::bigint * 60, count(*)
-FROM orders WHERE cancelled_at >= $1 AND cancelled_at < $2
+FROM lapse_orders WHERE cancelled_at >= $1 AND cancelled_at < $2
 GROUP BY 1 ORDER BY 1;
 
 -- name: paid_per_minute
--- As cancelled_per_minute, on orders_paid_at.
+-- As cancelled_per_minute, on lapse_orders_paid_at.
 SELECT floor(extract(epoch FROM paid_at) / 60)::bigint * 60, count(*)
-FROM orders WHERE paid_at >= $1 AND paid_at < $2
+FROM lapse_orders WHERE paid_at >= $1 AND paid_at < $2
 GROUP BY 1 ORDER BY 1;
 
 -- name: refunds_per_minute
--- Payments flagged for refund in [$1, $2): the payments_refund_required
+-- Payments flagged for refund in [$1, $2): the lapse_payments_refund_required
 -- partial index holds flagged attempts only.
 SELECT floor(extract(epoch FROM updated_at) / 60)::bigint * 60, count(*)
-FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= $1 AND updated_at < $2
+FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= $1 AND updated_at < $2
 GROUP BY 1 ORDER BY 1;
 
 -- name: find_orders
 -- $1 status or '', created_at >= $2, ($3, $4) the bound or the cursor, $5
--- the page size. Walks orders_created backwards from the cursor and stops
+-- the page size. Walks lapse_orders_created backwards from the cursor and stops
 -- after $5 rows: a page reads $5 entries (more with a status filter: the
 -- rows of other statuses in between, at worst the whole time range).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE ($1::text = '' OR status = $1::text) AND created_at >= $2::timestamptz
   AND (created_at, id) < ($3::timestamptz, $4::text)
 ORDER BY created_at DESC, id DESC
@@ -740,27 +771,27 @@ LIMIT $5;
 -- starts_with keeps it exact under any collation.
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE id >= $1::text AND id < $2::text AND id > $3::text AND starts_with(id, $1::text)
   AND ($4::text = '' OR status = $4::text) AND created_at >= $5::timestamptz AND created_at < $6::timestamptz
 ORDER BY id
 LIMIT $7;
 
 -- name: refund_orders
--- $1 the cursor (last id), $2 the page size: the orders_refund_required
+-- $1 the cursor (last id), $2 the page size: the lapse_orders_refund_required
 -- partial index (flagged orders only, in id order).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE refund_required AND id > $1::text
 ORDER BY id
 LIMIT $2;
 
 -- name: order_events
--- One order's events still in the outbox: the outbox_order index.
-SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM outbox
+-- One order's events still in the outbox: the lapse_outbox_order index.
+SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM lapse_outbox
 WHERE order_id = $1 ORDER BY seq;
 
 -- name: list_skus
 -- A page of the skus primary key.
-SELECT sku, available, locked, sold FROM skus WHERE sku > $1 ORDER BY sku LIMIT $2;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > $1 ORDER BY sku LIMIT $2;

@@ -272,7 +272,7 @@ func (e executor) KeyOwner(ctx context.Context, key string) (hash, orderID strin
 func (e executor) InsertOrder(ctx context.Context, o order.Order) error {
 	_, err := e.exec(ctx, "insert_order", o.ID, o.AmountCents, o.Currency, ms(o.CreatedAt), ms(o.ExpiresAt), ms(o.CancelAfter), o.ReservationID)
 	if isUniqueViolation(err) {
-		if strings.Contains(err.Error(), "orders.reservation_id") {
+		if strings.Contains(err.Error(), "lapse_orders.reservation_id") {
 			return store.ErrReservationUsed
 		}
 		return store.ErrOrderExists

@@ -8,10 +8,10 @@
 -- name: get_orders
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders WHERE id IN (SELECT value FROM json_each(?1));
+FROM lapse_orders WHERE id IN (SELECT value FROM json_each(?1));
 
 -- name: get_items
-SELECT order_id, sku, qty FROM order_items
+SELECT order_id, sku, qty FROM lapse_order_items
 WHERE order_id IN (SELECT value FROM json_each(?1))
 ORDER BY order_id, sku;
 
@@ -19,69 +19,69 @@ ORDER BY order_id, sku;
 -- ?1 status or '', (?2, ?3) the (created_at, id) of the last row of the previous page.
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE (?1 = '' OR status = ?1) AND (created_at, id) < (?2, ?3)
 ORDER BY created_at DESC, id DESC
 LIMIT ?4;
 
 -- name: idempotency_get
-SELECT request_hash, order_id FROM idempotency_keys WHERE key = ?1;
+SELECT request_hash, order_id FROM lapse_idempotency_keys WHERE key = ?1;
 
 -- name: insert_order
-INSERT INTO orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
 VALUES (?1, 'PENDING', ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''));
 
 -- name: insert_items
 -- ?2 is a JSON array of {"sku","qty"}.
-INSERT INTO order_items (order_id, sku, qty)
+INSERT INTO lapse_order_items (order_id, sku, qty)
 SELECT ?1, value ->> 'sku', value ->> 'qty' FROM json_each(?2);
 
 -- name: reserve_sku
 -- Reserve ?1 units of SKU ?2; no row changed means not enough stock (or no such SKU).
-UPDATE skus SET available = available - ?1, locked = locked + ?1, updated_at = ?3
+UPDATE lapse_skus SET available = available - ?1, locked = locked + ?1, updated_at = ?3
 WHERE sku = ?2 AND available >= ?1;
 
 -- name: ledger_insert
 -- One ledger row per item of the orders in ?1 (JSON array of ids); the primary
 -- key (order_id, sku, action) refuses a second row of the same action.
-INSERT INTO stock_ledger (order_id, sku, action, qty, created_at)
-SELECT order_id, sku, ?2, qty, ?3 FROM order_items
+INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
+SELECT order_id, sku, ?2, qty, ?3 FROM lapse_order_items
 WHERE order_id IN (SELECT value FROM json_each(?1));
 
 -- name: release_stock
 -- Locked units of the orders in ?1 go back to available.
-UPDATE skus SET locked = locked - r.qty, available = available + r.qty, updated_at = ?2
-FROM (SELECT sku, SUM(qty) AS qty FROM order_items
+UPDATE lapse_skus SET locked = locked - r.qty, available = available + r.qty, updated_at = ?2
+FROM (SELECT sku, SUM(qty) AS qty FROM lapse_order_items
       WHERE order_id IN (SELECT value FROM json_each(?1)) GROUP BY sku) AS r
-WHERE skus.sku = r.sku;
+WHERE lapse_skus.sku = r.sku;
 
 -- name: commit_stock
 -- Locked units of the orders in ?1 become sold.
-UPDATE skus SET locked = locked - r.qty, sold = sold + r.qty, updated_at = ?2
-FROM (SELECT sku, SUM(qty) AS qty FROM order_items
+UPDATE lapse_skus SET locked = locked - r.qty, sold = sold + r.qty, updated_at = ?2
+FROM (SELECT sku, SUM(qty) AS qty FROM lapse_order_items
       WHERE order_id IN (SELECT value FROM json_each(?1)) GROUP BY sku) AS r
-WHERE skus.sku = r.sku;
+WHERE lapse_skus.sku = r.sku;
 
 -- name: insert_events
 -- ?2 is a JSON array of {"id","type","order_id","payload"}.
-INSERT INTO outbox (event_id, type, order_id, payload, created_at)
+INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at)
 SELECT value ->> 'id', value ->> 'type', value ->> 'order_id', value ->> 'payload', ?1
 FROM json_each(?2);
 
 -- name: callback_seen
 -- Remember a callback; no row inserted means it was applied before.
-INSERT INTO payment_callbacks (callback_id, order_id, seen_at) VALUES (?1, ?2, ?3)
+INSERT INTO lapse_payment_callbacks (callback_id, order_id, seen_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (callback_id) DO NOTHING;
 
 -- name: callback_purge
-DELETE FROM payment_callbacks WHERE seen_at < ?1;
+DELETE FROM lapse_payment_callbacks WHERE seen_at < ?1;
 
 -- name: start_payment
 -- ?1 id, ?2 now, ?3 the attempt's payment id, or '' for "<id>-<n>" (n: the
 -- order's attempts so far + 1).
-UPDATE orders SET status = 'PAYING', version = version + 1,
+UPDATE lapse_orders SET status = 'PAYING', version = version + 1,
     payment_id = CASE WHEN ?3 != '' THEN ?3
-                      ELSE id || '-' || ((SELECT COUNT(*) FROM payments WHERE order_id = ?1) + 1) END
+                      ELSE id || '-' || ((SELECT COUNT(*) FROM lapse_payments WHERE order_id = ?1) + 1) END
 WHERE id = ?1 AND status = 'PENDING' AND expires_at > ?2
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -89,7 +89,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: supersede_payment
 -- ?1 id, ?2 the current payment id ('' for an order PAYING since before
 -- attempts had ids: its payment_id is NULL), ?3 the new one, ?4 now.
-UPDATE orders SET payment_id = ?3, version = version + 1
+UPDATE lapse_orders SET payment_id = ?3, version = version + 1
 WHERE id = ?1 AND status = 'PAYING' AND expires_at > ?4
   AND (payment_id = ?2 OR (payment_id IS NULL AND ?2 = ''))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
@@ -100,9 +100,9 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- the currency reported ('' for the order's). It pays only what the order
 -- asks, and never by an attempt that has ended (a later report of it is a
 -- conflict) nor while another attempt is open (the core supersedes it first).
-UPDATE orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
+UPDATE lapse_orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
 WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4 AND (?5 = '' OR currency = ?5)
-  AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = ?1
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?1
                   AND ((p.payment_id = ?3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
                     OR (p.payment_id != ?3 AND p.status = 'PENDING')))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
@@ -113,7 +113,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- that it must be given back. When it is the current attempt of a PAYING
 -- order, that attempt has ended: the order is PENDING again, as after a
 -- failure, so its timer cancels it or a new attempt pays it.
-UPDATE orders SET refund_required = 1, version = version + 1,
+UPDATE lapse_orders SET refund_required = 1, version = version + 1,
     status = CASE WHEN status = 'PAYING' AND payment_id = ?2 THEN 'PENDING' ELSE status END,
     payment_attempts = payment_attempts + CASE WHEN status = 'PAYING' AND payment_id = ?2 THEN 1 ELSE 0 END
 WHERE id = ?1
@@ -123,7 +123,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: fail_payment
 -- ?1 id, ?2 the failed attempt's payment id: only the current attempt moves
 -- the order (an order PAYING since before attempts had ids has none).
-UPDATE orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
+UPDATE lapse_orders SET status = 'PENDING', payment_attempts = payment_attempts + 1, version = version + 1
 WHERE id = ?1 AND status = 'PAYING' AND (payment_id = ?2 OR payment_id IS NULL)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -139,7 +139,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
 
 -- name: buyer_cancel
-UPDATE orders SET status = 'CANCELLED', cancelled_at = ?2, cancel_reason = 'buyer', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?2, cancel_reason = 'buyer', version = version + 1
 WHERE id = ?1 AND status = 'PENDING'
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -148,7 +148,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment
 -- attempt alone, ?4 1 when the gateway confirmed the trades closed (PAYING
 -- and attempted orders are cancelled too).
-UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (SELECT value FROM json_each(?2))
   AND cancel_after <= ?1
   AND (status = 'PENDING' OR (?4 = 1 AND status = 'PAYING'))
@@ -160,8 +160,8 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- ?1 now, ?2 now - lag, ?3 batch size, ?4 1 to leave attempted orders alone.
 -- SQLite has one writer, so the claim needs no SKIP LOCKED: the write
 -- transaction already excludes every other claimer.
-UPDATE orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
-WHERE id IN (SELECT id FROM orders
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
+WHERE id IN (SELECT id FROM lapse_orders
              WHERE status = 'PENDING' AND cancel_after <= ?2 AND cancel_after <= ?1 -- never before cancel_after, whatever ?2 says
                AND (?4 = 0 OR payment_attempts = 0)
              ORDER BY cancel_after LIMIT ?3)
@@ -170,7 +170,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 
 -- name: payment_checks
 -- ?1 now - lag, ?2 limit.
-SELECT id, cancel_after FROM orders
+SELECT id, cancel_after FROM lapse_orders
 WHERE (status = 'PAYING' OR (status = 'PENDING' AND payment_attempts > 0)) AND cancel_after <= ?1
 ORDER BY cancel_after
 LIMIT ?2;
@@ -179,19 +179,19 @@ LIMIT ?2;
 -- ?1 1 to leave out orders with a failed payment attempt, as claim_due does
 -- when a gateway checks them (a poller that counted them would wake for an
 -- order its claim skips, again and again).
-SELECT MIN(cancel_after) FROM orders WHERE status = 'PENDING' AND (?1 = 0 OR payment_attempts = 0);
+SELECT MIN(cancel_after) FROM lapse_orders WHERE status = 'PENDING' AND (?1 = 0 OR payment_attempts = 0);
 
 -- name: pending_deadlines
-SELECT id, cancel_after FROM orders
+SELECT id, cancel_after FROM lapse_orders
 WHERE status = 'PENDING' AND (cancel_after, id) > (?1, ?2)
 ORDER BY cancel_after, id
 LIMIT ?3;
 
 -- name: count_stuck
-SELECT COUNT(*) FROM orders WHERE status = 'PAYING' AND cancel_after <= ?1;
+SELECT COUNT(*) FROM lapse_orders WHERE status = 'PAYING' AND cancel_after <= ?1;
 
 -- name: set_stock
-INSERT INTO skus (sku, available, total, updated_at) VALUES (?1, ?2, ?2, ?3)
+INSERT INTO lapse_skus (sku, available, total, updated_at) VALUES (?1, ?2, ?2, ?3)
 ON CONFLICT (sku) DO UPDATE SET
     available = excluded.available,
     total = excluded.available + locked + sold,
@@ -199,61 +199,61 @@ ON CONFLICT (sku) DO UPDATE SET
 RETURNING sku, available, locked, sold;
 
 -- name: get_sku
-SELECT sku, available, locked, sold FROM skus WHERE sku = ?1;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku = ?1;
 
 -- name: unpublished_events
-SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE published_at IS NULL ORDER BY seq LIMIT ?1;
 
 -- name: mark_published
 -- Events whose every sink has delivered them (no delivery row left).
-UPDATE outbox SET published_at = ?1
+UPDATE lapse_outbox SET published_at = ?1
 WHERE seq IN (SELECT value FROM json_each(?2)) AND published_at IS NULL AND fanned_out = 1
-  AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = outbox.seq);
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = lapse_outbox.seq);
 
 -- name: register_sinks
-INSERT INTO outbox_sinks (name, registered_at)
+INSERT INTO lapse_outbox_sinks (name, registered_at)
 SELECT value, ?2 FROM json_each(?1) WHERE true ON CONFLICT (name) DO NOTHING;
 
 -- name: fan_out_deliveries
 -- Params: limit, now. The single writer serializes fan-outs.
-INSERT INTO outbox_deliveries (sink, seq, order_id, next_at)
+INSERT INTO lapse_outbox_deliveries (sink, seq, order_id, next_at)
 SELECT s.name, f.seq, f.order_id, ?2
-FROM (SELECT seq, order_id FROM outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1) f
-CROSS JOIN outbox_sinks s
+FROM (SELECT seq, order_id FROM lapse_outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1) f
+CROSS JOIN lapse_outbox_sinks s
 WHERE true ON CONFLICT (sink, seq) DO NOTHING;
 
 -- name: fan_out_mark
 -- Params: limit (the same rows as fan_out_deliveries: the writer is alone).
-UPDATE outbox SET fanned_out = 1
-WHERE seq IN (SELECT seq FROM outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1);
+UPDATE lapse_outbox SET fanned_out = 1
+WHERE seq IN (SELECT seq FROM lapse_outbox WHERE fanned_out = 0 ORDER BY seq LIMIT ?1);
 
 -- name: claim_deliveries
 -- Params: sink, limit, now, lease until. The first pending seq of each
 -- order only: one event of an order in flight per sink.
-UPDATE outbox_deliveries SET next_at = ?4, attempts = attempts + 1
+UPDATE lapse_outbox_deliveries SET next_at = ?4, attempts = attempts + 1
 WHERE sink = ?1 AND seq IN (
-    SELECT d.seq FROM outbox_deliveries d
+    SELECT d.seq FROM lapse_outbox_deliveries d
     WHERE d.sink = ?1 AND d.dead = 0 AND d.next_at <= ?3
       AND NOT EXISTS (
-          SELECT 1 FROM outbox_deliveries p
+          SELECT 1 FROM lapse_outbox_deliveries p
           WHERE p.sink = d.sink AND p.order_id = d.order_id AND p.seq < d.seq)
     ORDER BY d.seq LIMIT ?2)
 RETURNING seq, attempts, refusals, first_refused_at;
 
 -- name: events_by_seq
-SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE seq IN (SELECT value FROM json_each(?1)) ORDER BY seq;
 
 -- name: delete_deliveries
 -- Params: sink, [[seq, attempts], …].
-DELETE FROM outbox_deliveries
+DELETE FROM lapse_outbox_deliveries
 WHERE (sink, seq, attempts) IN (
     SELECT ?1, json_extract(x.value, '$[0]'), json_extract(x.value, '$[1]') FROM json_each(?2) x);
 
 -- name: fail_delivery
 -- Params: sink, seq, attempts, now, next_at, error, refused, dead.
-UPDATE outbox_deliveries SET
+UPDATE lapse_outbox_deliveries SET
     next_at = ?5, last_error = ?6,
     refusals = refusals + ?7,
     first_refused_at = CASE WHEN ?7 THEN COALESCE(first_refused_at, ?4) ELSE first_refused_at END,
@@ -264,54 +264,54 @@ WHERE sink = ?1 AND seq = ?2 AND attempts = ?3;
 -- Params: sink ('' for all), dead only, after seq, limit.
 SELECT d.sink, d.dead, d.attempts, d.refusals, d.next_at, COALESCE(d.last_error, ''), d.dead_at,
        o.seq, o.event_id, o.type, o.order_id, o.payload, o.created_at
-FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
 WHERE (?1 = '' OR d.sink = ?1) AND (NOT ?2 OR d.dead = 1) AND d.seq > ?3
 ORDER BY d.seq, d.sink LIMIT ?4;
 
 -- name: retry_deliveries
 -- Params: event ids (JSON array, or NULL for every dead one), sink ('' for all), now.
-UPDATE outbox_deliveries SET dead = 0, dead_at = NULL, next_at = ?3,
+UPDATE lapse_outbox_deliveries SET dead = 0, dead_at = NULL, next_at = ?3,
     refusals = 0, first_refused_at = NULL
 WHERE dead = 1 AND (?2 = '' OR sink = ?2)
-  AND (?1 IS NULL OR seq IN (SELECT seq FROM outbox WHERE event_id IN (SELECT value FROM json_each(?1))));
+  AND (?1 IS NULL OR seq IN (SELECT seq FROM lapse_outbox WHERE event_id IN (SELECT value FROM json_each(?1))));
 
 -- name: purge_deliveries
 -- Params: dead before, sink ('' for all).
-DELETE FROM outbox_deliveries WHERE dead = 1 AND dead_at < ?1 AND (?2 = '' OR sink = ?2)
+DELETE FROM lapse_outbox_deliveries WHERE dead = 1 AND dead_at < ?1 AND (?2 = '' OR sink = ?2)
 RETURNING seq;
 
 -- name: mark_drained
 -- Params: limit, now.
-UPDATE outbox SET published_at = ?2
+UPDATE lapse_outbox SET published_at = ?2
 WHERE seq IN (
-    SELECT u.seq FROM outbox u
+    SELECT u.seq FROM lapse_outbox u
     WHERE u.published_at IS NULL AND u.fanned_out = 1
-      AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.seq = u.seq)
+      AND NOT EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = u.seq)
     ORDER BY u.seq LIMIT ?1);
 
 -- name: delete_outbox
 -- Params: published before, limit.
-DELETE FROM outbox WHERE seq IN (
-    SELECT seq FROM outbox WHERE published_at < ?1 ORDER BY published_at LIMIT ?2);
+DELETE FROM lapse_outbox WHERE seq IN (
+    SELECT seq FROM lapse_outbox WHERE published_at < ?1 ORDER BY published_at LIMIT ?2);
 
 -- name: forget_sink
-DELETE FROM outbox_sinks WHERE name = ?1;
+DELETE FROM lapse_outbox_sinks WHERE name = ?1;
 
 -- name: forget_sink_deliveries
-DELETE FROM outbox_deliveries WHERE sink = ?1;
+DELETE FROM lapse_outbox_deliveries WHERE sink = ?1;
 
 -- name: outbox_unfanned
-SELECT count(*), min(created_at) FROM outbox WHERE fanned_out = 0;
+SELECT count(*), min(created_at) FROM lapse_outbox WHERE fanned_out = 0;
 
 -- name: outbox_sink_stats
 SELECT s.name,
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 1),
-    (SELECT count(*) FROM outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0 AND EXISTS (
-        SELECT 1 FROM outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead = 1 AND x.seq < d.seq)),
-    (SELECT o.created_at FROM outbox_deliveries d JOIN outbox o ON o.seq = d.seq
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND d.dead = 1),
+    (SELECT count(*) FROM lapse_outbox_deliveries d WHERE d.sink = s.name AND d.dead = 0 AND EXISTS (
+        SELECT 1 FROM lapse_outbox_deliveries x WHERE x.sink = d.sink AND x.order_id = d.order_id AND x.dead = 1 AND x.seq < d.seq)),
+    (SELECT o.created_at FROM lapse_outbox_deliveries d JOIN lapse_outbox o ON o.seq = d.seq
      WHERE d.sink = s.name AND d.dead = 0 ORDER BY d.seq LIMIT 1)
-FROM outbox_sinks s ORDER BY s.name;
+FROM lapse_outbox_sinks s ORDER BY s.name;
 
 -- name: savepoint
 -- Each create of a group runs behind one (group.go): a create that fails is
@@ -327,38 +327,38 @@ RELEASE create_order;
 -- name: idempotency_claim
 -- Takes the key for this request; no row inserted means another request
 -- took it (its order is replayed, or the key refused).
-INSERT INTO idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)
+INSERT INTO lapse_idempotency_keys (key, request_hash, order_id, created_at) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_payments
-SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM payments
+SELECT payment_id, status, amount_cents, currency, conflicts, created_at, updated_at FROM lapse_payments
 WHERE order_id = ?1 ORDER BY created_at, payment_id;
 
 -- name: insert_payment
 -- ?1 order id, ?2 payment id, ?3 status, ?4 amount, ?5 created_at = updated_at.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
+INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, created_at, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?5);
 
 -- name: save_payment
 -- An attempt's outcome (?3 status, ?4 amount, ?5 now, ?6 currency); an
 -- attempt lapse never started (reported by the gateway) is inserted. An
 -- attempt that has ended is never moved (the core decides before); a payment
--- id another order has violates payments_payment_id_unique.
-INSERT INTO payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
+-- id another order has violates lapse_payments_payment_id_unique.
+INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, currency, created_at, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?6, ?5, ?5)
 ON CONFLICT (order_id, payment_id) DO UPDATE SET
     status = excluded.status, amount_cents = excluded.amount_cents, currency = excluded.currency,
     updated_at = excluded.updated_at
-WHERE payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
 
 -- name: note_conflict
 -- ?1 order id, ?2 payment id: a report that disagreed with how the attempt ended.
-UPDATE payments SET conflicts = conflicts + 1 WHERE order_id = ?1 AND payment_id = ?2;
+UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = ?1 AND payment_id = ?2;
 
 -- name: end_payment
 -- ?1 order id, ?2 payment id, ?3 the status it ends in, ?4 now: only an open
 -- attempt (PENDING, SUPERSEDED) ends.
-UPDATE payments SET status = ?3, updated_at = ?4
+UPDATE lapse_payments SET status = ?3, updated_at = ?4
 WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');
 
 -- Stock tasks (store.Tasks; migration 005). The columns every task query
@@ -369,22 +369,22 @@ WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');
 -- ?2 is a JSON array of {"id","order_id","action","reservation_id","items"},
 -- each PENDING, written at ?1 and due at ?3. UNIQUE (reservation_id, action)
 -- refuses a second task of an action (core.ErrMovedTwice).
-INSERT INTO stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
+INSERT INTO lapse_stock_tasks (id, order_id, action, reservation_id, items, next_at, since, created_at)
 SELECT value ->> 'id', value ->> 'order_id', value ->> 'action', value ->> 'reservation_id', value ->> 'items', ?3, ?1, ?1
 FROM json_each(?2);
 
 -- name: claim_tasks
 -- ?1 now, ?2 the lease's end, ?3 batch size. One writer: no row is held by
 -- another claim.
-UPDATE stock_tasks SET next_at = ?2, attempts = attempts + 1
-WHERE id IN (SELECT id FROM stock_tasks WHERE status = 'PENDING' AND next_at <= ?1 ORDER BY next_at LIMIT ?3)
+UPDATE lapse_stock_tasks SET next_at = ?2, attempts = attempts + 1
+WHERE id IN (SELECT id FROM lapse_stock_tasks WHERE status = 'PENDING' AND next_at <= ?1 ORDER BY next_at LIMIT ?3)
 RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
           created_at, done_at, dead_at, result, last_error;
 
 -- name: settle_task
 -- ?1 id, ?2 the claim's attempts, ?3 the new status, ?4 now, ?5 due again
 -- at, ?6 the answer, ?7 the error (see the PostgreSQL driver).
-UPDATE stock_tasks SET status = ?3, next_at = ?5, result = ?6, last_error = ?7,
+UPDATE lapse_stock_tasks SET status = ?3, next_at = ?5, result = ?6, last_error = ?7,
     failures = failures + CASE WHEN ?3 = 'DONE' THEN 0 ELSE 1 END,
     done_at = CASE WHEN ?3 = 'DONE' THEN ?4 END,
     dead_at = CASE WHEN ?3 = 'DEAD' THEN ?4 END
@@ -404,7 +404,7 @@ LIMIT ?2;
 -- the cursor, ?4 limit.
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE CASE WHEN ?2 <> '' THEN order_id = ?2
            WHEN ?1 THEN status = 'DEAD'
            ELSE status <> 'DONE' END
@@ -414,30 +414,30 @@ LIMIT ?4;
 
 -- name: retry_tasks
 -- ?1 now, ?2 a JSON array of ids, ?3 1 for every DEAD task.
-UPDATE stock_tasks SET status = 'PENDING', next_at = ?1, since = ?1, failures = 0, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = ?1, since = ?1, failures = 0, dead_at = NULL
 WHERE status = 'DEAD' AND (?3 OR id IN (SELECT value FROM json_each(?2)));
 
 -- name: task_stats
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
-FROM stock_tasks WHERE status <> 'DONE';
+FROM lapse_stock_tasks WHERE status <> 'DONE';
 
 -- name: lock_task
 -- ?1 reservation id, ?2 action (one writer: reading is holding).
 SELECT id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
-FROM stock_tasks WHERE reservation_id = ?1 AND action = ?2;
+FROM lapse_stock_tasks WHERE reservation_id = ?1 AND action = ?2;
 
 -- name: lease_task
 -- ?1 id, ?2 the lease's end.
-UPDATE stock_tasks SET status = 'PENDING', next_at = ?2, attempts = attempts + 1, dead_at = NULL
+UPDATE lapse_stock_tasks SET status = 'PENDING', next_at = ?2, attempts = attempts + 1, dead_at = NULL
 WHERE id = ?1
 RETURNING id, order_id, action, reservation_id, items, status, attempts, failures, next_at, since,
           created_at, done_at, dead_at, result, last_error;
 
 -- name: orders_of_payment
 -- The orders with an attempt named ?1, at most two.
-SELECT order_id FROM payments WHERE payment_id = ?1 ORDER BY order_id LIMIT 2;
+SELECT order_id FROM lapse_payments WHERE payment_id = ?1 ORDER BY order_id LIMIT 2;
 
 -- The dashboard's reads (store.Dashboard), each bounded by an index range
 -- whose size does not grow with the table (see the PostgreSQL driver's
@@ -445,38 +445,38 @@ SELECT order_id FROM payments WHERE payment_id = ?1 ORDER BY order_id LIMIT 2;
 
 -- name: count_status
 -- ?1 status, ?2 the cap: at most ?2 entries of (status, cancel_after).
-SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE status = ?1 LIMIT ?2);
+SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE status = ?1 LIMIT ?2);
 
 -- name: count_refund_required
--- The orders_refund_required partial index holds flagged orders only.
-SELECT COUNT(*) FROM (SELECT 1 FROM orders WHERE refund_required <> 0 LIMIT ?1);
+-- The lapse_orders_refund_required partial index holds flagged orders only.
+SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE refund_required <> 0 LIMIT ?1);
 
 -- name: due_per_minute
 SELECT cancel_after / 60000 * 60, COUNT(*)
-FROM orders WHERE status = 'PENDING' AND cancel_after >= ?1 AND cancel_after < ?2
+FROM lapse_orders WHERE status = 'PENDING' AND cancel_after >= ?1 AND cancel_after < ?2
 GROUP BY 1 ORDER BY 1;
 
 -- name: cancelled_per_minute
 SELECT cancelled_at / 60000 * 60, COUNT(*)
-FROM orders WHERE cancelled_at IS NOT NULL AND cancelled_at >= ?1 AND cancelled_at < ?2
+FROM lapse_orders WHERE cancelled_at IS NOT NULL AND cancelled_at >= ?1 AND cancelled_at < ?2
 GROUP BY 1 ORDER BY 1;
 
 -- name: paid_per_minute
 SELECT paid_at / 60000 * 60, COUNT(*)
-FROM orders WHERE paid_at IS NOT NULL AND paid_at >= ?1 AND paid_at < ?2
+FROM lapse_orders WHERE paid_at IS NOT NULL AND paid_at >= ?1 AND paid_at < ?2
 GROUP BY 1 ORDER BY 1;
 
 -- name: refunds_per_minute
 SELECT updated_at / 60000 * 60, COUNT(*)
-FROM payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ?1 AND updated_at < ?2
+FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ?1 AND updated_at < ?2
 GROUP BY 1 ORDER BY 1;
 
 -- name: find_orders
 -- ?1 status or '', created_at >= ?2, (?3, ?4) the bound or the cursor, ?5
--- the page size: orders_created walked backwards.
+-- the page size: lapse_orders_created walked backwards.
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE (?1 = '' OR status = ?1) AND created_at >= ?2 AND (created_at, id) < (?3, ?4)
 ORDER BY created_at DESC, id DESC
 LIMIT ?5;
@@ -487,7 +487,7 @@ LIMIT ?5;
 -- (BINARY collation: byte order).
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE id >= ?1 AND id < ?2 AND id > ?3 AND substr(id, 1, length(?1)) = ?1
   AND (?4 = '' OR status = ?4) AND created_at >= ?5 AND created_at < ?6
 ORDER BY id
@@ -496,14 +496,14 @@ LIMIT ?7;
 -- name: refund_orders
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM orders
+FROM lapse_orders
 WHERE refund_required <> 0 AND id > ?1
 ORDER BY id
 LIMIT ?2;
 
 -- name: order_events
-SELECT seq, event_id, type, order_id, payload, created_at FROM outbox
+SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE order_id = ?1 ORDER BY seq;
 
 -- name: list_skus
-SELECT sku, available, locked, sold FROM skus WHERE sku > ?1 ORDER BY sku LIMIT ?2;
+SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ?1 ORDER BY sku LIMIT ?2;

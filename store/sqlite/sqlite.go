@@ -13,8 +13,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"sync/atomic"
 
@@ -28,7 +30,7 @@ import (
 	"github.com/lapsehq/lapse/store/core"
 )
 
-//go:embed migrations/*.sql queries.sql audit.sql
+//go:embed migrations/*.sql migrations/legacy/*.sql queries.sql audit.sql
 var files embed.FS
 
 var (
@@ -253,22 +255,53 @@ func (s *Store) Close() error {
 
 // Migrate applies the embedded migrations not yet applied, each in its own
 // transaction (SQLite's DDL is transactional: a failed step leaves nothing).
+//
+// Every object lapse creates is named lapse_* (its migration table is
+// lapse_schema_migrations), and Migrate touches no other: a database holding
+// the shop's own tables, an `orders` or a golang-migrate schema_migrations
+// among them, migrates and keeps them as they were. A database of an earlier
+// lapse (unprefixed tables, lapse's own schema_migrations) is brought to its
+// last version and renamed in place, in one transaction, before the rest
+// (migrations/legacy/rename.sql says how, and what an earlier lapse then does).
 func (s *Store) Migrate(ctx context.Context) error {
+	return s.migrate(ctx, files, "migrations", files, "migrations/legacy")
+}
+
+// renamedVersion is the version at which lapse's tables took their lapse_
+// names: the baseline 009 of a fresh database, or the rename of an earlier one.
+const renamedVersion = 9
+
+func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string, legacyFS fs.FS, legacyDir string) error {
 	if s.readOnly {
 		return errReadOnly
 	}
-	ms, err := migrate.Load(files, "migrations")
+	ms, err := migrate.Load(fsys, dir)
 	if err != nil {
 		return err
 	}
-	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		var ours, legacy bool
+		if err := tx.QueryRowContext(ctx, migrateState).Scan(&ours, &legacy); err != nil {
+			return err
+		}
+		if !ours && legacy {
+			if err := tx.QueryRowContext(ctx, legacyInit).Scan(&legacy); err != nil {
+				return err
+			}
+		}
+		if !ours && legacy {
+			return s.renameLegacy(ctx, tx, legacyFS, legacyDir)
+		}
+		_, err := tx.ExecContext(ctx, migrateTable)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	for _, m := range ms {
 		err := s.writeTx(ctx, func(tx *sql.Tx) error {
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, migrateApplied, m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -277,8 +310,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.Version, m.Name, s.clock.Now().UnixMilli())
+			_, err := tx.ExecContext(ctx, migrateRecord, m.Version, m.Name, s.clock.Now().UnixMilli())
 			return err
 		})
 		if err != nil {
@@ -287,6 +319,71 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	if err := s.prepare(ctx); err != nil {
 		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// Migrate's statements, here and not in queries.sql: the store prepares
+// every statement of queries.sql once migrated, and the legacy ones name a
+// table that a database created since version 9 does not have.
+const (
+	// migrateState: whether the database holds lapse_schema_migrations
+	// (lapse's since version 9), and whether it may hold the schema of an
+	// earlier lapse instead: lapse's own schema_migrations (a table with its
+	// columns; legacyInit then checks that it recorded lapse's 001_init)
+	// beside lapse's orders, order_items and stock_ledger. A
+	// schema_migrations of anyone else (golang-migrate's has version and
+	// dirty) or an `orders` of the shop's is not that, and is left alone.
+	migrateState = `SELECT
+	EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'lapse_schema_migrations'),
+	(SELECT count(*) FROM sqlite_master m, pragma_table_info(m.name) c
+	 WHERE m.type = 'table' AND m.name IN ('schema_migrations', 'orders', 'stock_ledger', 'order_items')
+	   AND (m.name, c.name) IN (VALUES ('schema_migrations', 'version'), ('schema_migrations', 'name'), ('schema_migrations', 'applied_at'),
+	       ('orders', 'cancel_after'), ('orders', 'payment_attempts'), ('stock_ledger', 'action'), ('order_items', 'qty'))) = 7`
+	legacyInit    = `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 1 AND name = 'init')`
+	legacyApplied = `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`
+	legacyRecord  = `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`
+	migrateTable  = `CREATE TABLE IF NOT EXISTS lapse_schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`
+	migrateApplied = `SELECT COUNT(*) FROM lapse_schema_migrations WHERE version = ?`
+	migrateRecord  = `INSERT INTO lapse_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`
+)
+
+// renameLegacy brings the database of an earlier lapse to its last
+// unprefixed version (the legacy migrations it lacks, recorded in its
+// schema_migrations as that lapse did), then renames it to lapse_* and
+// records version 9, all in tx: a failure at any step leaves the database as
+// it was.
+func (s *Store) renameLegacy(ctx context.Context, tx *sql.Tx, fsys fs.FS, dir string) error {
+	ms, err := migrate.Load(fsys, dir)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now().UnixMilli()
+	for _, m := range ms {
+		var n int
+		if err := tx.QueryRowContext(ctx, legacyApplied, m.Version).Scan(&n); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, legacyRecord, m.Version, m.Name, now); err != nil {
+			return fmt.Errorf("legacy migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	rename, err := fs.ReadFile(fsys, path.Join(dir, "rename.sql"))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(rename)); err != nil {
+		return fmt.Errorf("rename to lapse_*: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, migrateRecord, renamedVersion, "lapse_tables", now); err != nil {
+		return fmt.Errorf("rename to lapse_*: %w", err)
 	}
 	return nil
 }

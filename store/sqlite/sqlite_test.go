@@ -68,7 +68,7 @@ func TestLedgerRefusesASecondRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, err = db.Exec(`INSERT INTO stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o', 'a', 'release', 1, 0)`)
+	_, err = db.Exec(`INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at) VALUES ('o', 'a', 'release', 1, 0)`)
 	if err == nil {
 		t.Fatal("a second release row was accepted")
 	}
@@ -78,16 +78,16 @@ func TestLedgerRefusesASecondRelease(t *testing.T) {
 func TestAuditDetectsViolations(t *testing.T) {
 	t.Parallel()
 	cases := []storetest.Corruption{
-		{Check: "stock_conserved", SQL: `UPDATE skus SET available = available + 1`},
-		{Check: "counters_are_integers", SQL: `UPDATE skus SET available = available + 0.5, total = total + 0.5`},
-		{Check: "locked_matches_open_orders", SQL: `UPDATE skus SET locked = locked + 1, total = total + 1`},
-		{Check: "sold_matches_commits", SQL: `UPDATE skus SET sold = sold + 1, total = total + 1`},
-		{Check: "ledger_matches_status", SQL: `DELETE FROM stock_ledger WHERE action = 'reserve'`},
-		{Check: "paid_xor_cancelled", SQL: `UPDATE orders SET cancelled_at = 1 WHERE status = 'PAID'`},
-		{Check: "timeout_not_early", SQL: `UPDATE orders SET status = 'CANCELLED', cancel_reason = 'timeout', cancelled_at = cancel_after - 1 WHERE id = 'open'`},
-		{Check: "refund_matches_payments", SQL: `UPDATE orders SET refund_required = 1 WHERE status = 'PAID'`},
-		{Check: "events_once_per_transition", SQL: `DELETE FROM outbox WHERE type = 'order.paid'`},
-		{Check: "pending_past_deadline", SQL: `UPDATE orders SET cancel_after = 0 WHERE id = 'open'`},
+		{Check: "stock_conserved", SQL: `UPDATE lapse_skus SET available = available + 1`},
+		{Check: "counters_are_integers", SQL: `UPDATE lapse_skus SET available = available + 0.5, total = total + 0.5`},
+		{Check: "locked_matches_open_orders", SQL: `UPDATE lapse_skus SET locked = locked + 1, total = total + 1`},
+		{Check: "sold_matches_commits", SQL: `UPDATE lapse_skus SET sold = sold + 1, total = total + 1`},
+		{Check: "ledger_matches_status", SQL: `DELETE FROM lapse_stock_ledger WHERE action = 'reserve'`},
+		{Check: "paid_xor_cancelled", SQL: `UPDATE lapse_orders SET cancelled_at = 1 WHERE status = 'PAID'`},
+		{Check: "timeout_not_early", SQL: `UPDATE lapse_orders SET status = 'CANCELLED', cancel_reason = 'timeout', cancelled_at = cancel_after - 1 WHERE id = 'open'`},
+		{Check: "refund_matches_payments", SQL: `UPDATE lapse_orders SET refund_required = 1 WHERE status = 'PAID'`},
+		{Check: "events_once_per_transition", SQL: `DELETE FROM lapse_outbox WHERE type = 'order.paid'`},
+		{Check: "pending_past_deadline", SQL: `UPDATE lapse_orders SET cancel_after = 0 WHERE id = 'open'`},
 	}
 	var handles sync.Map // store → what exec needs to reach its database
 	factory := func(t *testing.T, clk clock.Clock) store.Store {
