@@ -223,7 +223,7 @@ WHERE order_id = ? AND payment_id = ? AND status IN ('PENDING', 'SUPERSEDED');
 -- the ones before, so after expires_at it would read the new value. Only a
 -- PENDING order whose payment window is still open moves: once it has
 -- closed, the timer may be cancelling the order.
-UPDATE orders SET cancel_after = TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, expires_at, cancel_after), ?),
+UPDATE lapse_orders SET cancel_after = TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, expires_at, cancel_after), ?),
     expires_at = ?, version = version + 1
 WHERE id = ? AND status = 'PENDING' AND expires_at > ?;
 
@@ -566,7 +566,7 @@ WHERE id = ? AND attempts = ? AND status = 'PENDING';
 -- Every task, DONE ones too, in id order: what names it, for reconciling
 -- with an inventory's ledger. ? the cursor (ids after it), ? limit.
 SELECT id, order_id, action, reservation_id
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE id > ?
 ORDER BY id
 LIMIT ?;

@@ -291,7 +291,7 @@ WHERE order_id = $1 AND payment_id = $2 AND status IN ('PENDING', 'SUPERSEDED');
 -- keeping the order's grace (the right side reads the row as it was). Only a
 -- PENDING order whose payment window is still open moves: once it has
 -- closed, the timer may be cancelling the order.
-UPDATE orders SET expires_at = $2, cancel_after = $2::timestamptz + (cancel_after - expires_at), version = version + 1
+UPDATE lapse_orders SET expires_at = $2, cancel_after = $2::timestamptz + (cancel_after - expires_at), version = version + 1
 WHERE id = $1 AND status = 'PENDING' AND expires_at > $3
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -655,7 +655,7 @@ WHERE id = $1 AND attempts = $2 AND status = 'PENDING';
 -- Every task, DONE ones too, in id order: what names it, for reconciling
 -- with an inventory's ledger. $1 the cursor (ids after it), $2 limit.
 SELECT id, order_id, action, reservation_id
-FROM stock_tasks
+FROM lapse_stock_tasks
 WHERE id > $1::text
 ORDER BY id
 LIMIT $2;
