@@ -42,18 +42,21 @@ type metrics struct {
 	refundRequired   prometheus.Counter
 	paymentConflicts prometheus.Counter
 	hookFailures     *prometheus.CounterVec
-	lateness         prometheus.Histogram
-	batches          *prometheus.CounterVec
-	batchSize        prometheus.Histogram
-	early            prometheus.Counter
-	payingAtDeadline prometheus.Counter
-	scheduleErrors   prometheus.Counter
-	outbox           *outbox.Metrics
-	tasks            *inventory.Metrics // with Config.Inventory
-	sweepCaught      prometheus.Counter
-	gatewayChecks    *prometheus.CounterVec
-	reminders        prometheus.Counter
-	skew             *skewWatch
+	// reservationChecks counts caller reservations the inventory did not
+	// answer about at create ("unanswered": taken as sent).
+	reservationChecks *prometheus.CounterVec
+	lateness          prometheus.Histogram
+	batches           *prometheus.CounterVec
+	batchSize         prometheus.Histogram
+	early             prometheus.Counter
+	payingAtDeadline  prometheus.Counter
+	scheduleErrors    prometheus.Counter
+	outbox            *outbox.Metrics
+	tasks             *inventory.Metrics // with Config.Inventory
+	sweepCaught       prometheus.Counter
+	gatewayChecks     *prometheus.CounterVec
+	reminders         prometheus.Counter
+	skew              *skewWatch
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -77,6 +80,10 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "lapse_refund_required_total",
 			Help: "Successful payments that could not pay their order (cancelled, paid by another attempt, another amount or currency): money to give back.",
 		}),
+		reservationChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lapse_reservation_checks_total",
+			Help: "Reads of a caller's reservation at create that the inventory did not answer: the reservation was taken as sent.",
+		}, []string{"result"}),
 		hookFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lapse_hook_failures_total",
 			Help: "Hooks of an embedding service (OnCancelled, OnPaid, OnRefundRequired) that failed: that order's transition was rolled back.",
@@ -129,7 +136,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.hookFailures, m.lateness,
+	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.hookFailures, m.reservationChecks, m.lateness,
 		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)

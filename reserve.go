@@ -101,7 +101,9 @@ func (s *Service) checkReservation(ctx context.Context, p store.CreateOrderParam
 	if !ok || p.ReservationID == "" {
 		return nil
 	}
-	res, err := insp.Reservation(ctx, p.ReservationID)
+	cctx, cancel := context.WithTimeout(ctx, reservationCheckTimeout)
+	res, err := insp.Reservation(cctx, p.ReservationID)
+	cancel()
 	refuse := func(kind error, format string, args ...any) error {
 		return &ReservationError{Err: kind, ReservationID: p.ReservationID, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -109,8 +111,13 @@ func (s *Service) checkReservation(ctx context.Context, p store.CreateOrderParam
 	case errors.Is(err, inventory.ErrUnknownReservation):
 		return refuse(ErrReservationNotHeld, "the inventory does not know it: reserve the stock there first")
 	case err != nil:
-		s.log.Warn("inventory: could not read the caller's reservation; the create is refused", "order_id", p.ID, "reservation_id", p.ReservationID, "err", err)
-		return fmt.Errorf("read reservation %q at the inventory: %w: %w", p.ReservationID, ErrReservationUnknown, err)
+		// The check guards against a caller's mistake; it must not make
+		// every create depend on the inventory answering reads. Without an
+		// answer the reservation is taken as sent, as over AMQP, and
+		// `lapse reconcile --inventory --check-items` finds a difference.
+		s.metrics.reservationChecks.WithLabelValues("unanswered").Inc()
+		s.log.Warn("inventory: could not read the caller's reservation; taken as sent", "order_id", p.ID, "reservation_id", p.ReservationID, "err", err)
+		return nil
 	case res.Status != inventory.StatusReserved:
 		return refuse(ErrReservationNotHeld, "the inventory reports it %q, not %s: no stock is held under it", res.Status, inventory.StatusReserved)
 	case idGiven && res.OrderID != "" && res.OrderID != p.ID:
@@ -125,6 +132,10 @@ func (s *Service) checkReservation(ctx context.Context, p store.CreateOrderParam
 	}
 	return nil
 }
+
+// reservationCheckTimeout bounds the read of a caller's reservation at
+// create: a slow inventory delays a create by at most this much.
+const reservationCheckTimeout = 2 * time.Second
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

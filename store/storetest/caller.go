@@ -76,3 +76,13 @@ func (c *callerStore) CancelOrder(ctx context.Context, id string) (order.Order, 
 func (c *callerStore) Extend(ctx context.Context, p store.ExtendParams) (order.Order, error) {
 	return inTx(ctx, c, func(tx store.Tx) (order.Order, error) { return c.Store.ExtendTx(ctx, tx, p) })
 }
+
+// Identity passes the store's store.Identified through (every driver of
+// lapse's has it).
+func (c *callerStore) Identity(ctx context.Context) (string, error) {
+	id, ok := c.Store.(store.Identified)
+	if !ok {
+		return "", errors.New("storetest: the store does not name its data")
+	}
+	return id.Identity(ctx)
+}
