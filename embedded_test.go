@@ -405,3 +405,38 @@ func TestEmbeddedHookFailureDelaysOnlyItsOrder(t *testing.T) {
 		})
 	}
 }
+
+// With the sql timers (PollStore), an order created in a caller's
+// transaction is cancelled at its deadline although the poller was nudged
+// before the caller committed (the store could not show it to the poller's
+// plan yet), and slept toward a deadline an hour away.
+func TestEmbeddedPollStoreFindsAnOrderCommittedAfterItsNudge(t *testing.T) {
+	t.Parallel()
+	sh := postgresShop(t, never)
+	ctx := context.Background()
+	svc := newService(t, lapse.Config{Store: sh.store, PollStore: true, PollMaxSleep: time.Hour, SweepInterval: -1})
+	storetest.Stock(t, sh.store, 10, "tee")
+	start(t, svc)
+	checkout := func(id string, timeout, hold time.Duration) {
+		tx := sh.begin(t, false)
+		defer tx.rollback()
+		tx.exec("INSERT INTO orders_of_the_shop (id, status) VALUES (?, 'pending')", id)
+		if _, err := svc.CreateOrderTx(ctx, tx.tx, lapse.CreateOrderRequest{ID: id, Items: []order.Item{{SKU: "tee", Qty: 1}},
+			AmountCents: 100, Timeout: timeout}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hold) // the caller's transaction stays open a while after the nudge
+		if err := tx.commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkout("far", time.Hour, 0)
+	checkout("near", time.Second, 200*time.Millisecond)
+	waitFor(t, 10*time.Second, "near cancelled at its deadline", func() bool { return status(t, svc, "near") == order.Cancelled })
+	if o, _ := svc.Get(ctx, "near"); o.CancelledAt.Sub(o.CancelAfter) > 2*time.Second {
+		t.Fatalf("near cancelled %s after its deadline", o.CancelledAt.Sub(o.CancelAfter))
+	}
+	if got := sh.status(t, "near"); got != "cancelled" {
+		t.Fatalf("the shop's row: %s", got)
+	}
+}

@@ -42,13 +42,15 @@ func newPoller(s *Service, lag, maxSleep time.Duration, follow bool, onCancel fu
 
 // nudge wakes the loop if due is earlier than its plan. While the loop is
 // awake the deadline is remembered for its next plan instead: waking it again
-// would cost an empty claim transaction per order created.
+// would cost an empty claim transaction per order created. Woken, the loop
+// remembers it too: an order created in a caller's transaction (CreateOrderTx)
+// is nudged before it commits, so the store cannot show it to the plan yet.
 func (p *poller) nudge(due time.Time) {
 	p.mu.Lock()
+	if p.missed.IsZero() || due.Before(p.missed) {
+		p.missed = due
+	}
 	if p.plan.IsZero() {
-		if p.missed.IsZero() || due.Before(p.missed) {
-			p.missed = due
-		}
 		p.mu.Unlock()
 		return
 	}
