@@ -14,7 +14,7 @@ var _ store.Identified = (*Store)(nil)
 // migration was applied, to the millisecond.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	var at time.Time
-	if err := s.db.QueryRowContext(ctx, `SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1`).Scan(&at); err != nil {
+	if err := s.db.QueryRowContext(ctx, q.Get("first_migration")).Scan(&at); err != nil {
 		return "", fmt.Errorf("mysql: identity (is the database migrated?): %w", err)
 	}
 	return "mysql:" + at.UTC().Format(time.RFC3339Nano), nil

@@ -706,3 +706,7 @@ WHERE order_id = ? ORDER BY seq;
 -- name: list_skus
 -- Params: after, limit.
 SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ? ORDER BY sku LIMIT ?;
+
+-- name: first_migration
+-- When the lowest version recorded was applied: the store's identity (store.Identified).
+SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1;

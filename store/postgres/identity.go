@@ -15,7 +15,7 @@ var _ store.Identified = (*Store)(nil)
 // and version 9 renamed, whose identity stays; 009 of one created since), to the microsecond.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	var at time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1`).Scan(&at); err != nil {
+	if err := s.pool.QueryRow(ctx, q.Get("first_migration")).Scan(&at); err != nil {
 		return "", fmt.Errorf("postgres: identity (is the schema migrated?): %w", err)
 	}
 	return "postgres:" + at.UTC().Format(time.RFC3339Nano), nil

@@ -14,7 +14,7 @@ var _ store.Identified = (*Store)(nil)
 // was applied, to the millisecond.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	var ms int64
-	if err := s.r.QueryRowContext(ctx, `SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1`).Scan(&ms); err != nil {
+	if err := s.r.QueryRowContext(ctx, q.Get("first_migration")).Scan(&ms); err != nil {
 		return "", fmt.Errorf("sqlite: identity (is the file migrated?): %w", err)
 	}
 	return "sqlite:" + time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), nil

@@ -507,3 +507,7 @@ WHERE order_id = ?1 ORDER BY seq;
 
 -- name: list_skus
 SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ?1 ORDER BY sku LIMIT ?2;
+
+-- name: first_migration
+-- When the lowest version recorded was applied: the store's identity (store.Identified).
+SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1;
