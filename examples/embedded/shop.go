@@ -186,8 +186,13 @@ const maxWebhookBody = 64 << 10
 // A 2xx tells the provider to stop sending; anything else, to send again.
 func (s *shop) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
 		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "the callback body is too large")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_body", "the callback body could not be read")
 		return
 	}
 	signed, err := payment.VerifyCallback(r.Header.Get(payment.SignatureHeader), body, s.webhookSecrets, time.Now(), payment.DefaultTolerance)
@@ -202,6 +207,7 @@ func (s *shop) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	var res store.PaymentResult
 	err = s.inTx(r.Context(), func(tx shopTx) error {
+		var err error
 		res, err = s.lapse.NotifyTx(r.Context(), tx.lapse(), lapse.Notification{
 			OrderID: ev.OrderID, PaymentID: ev.PaymentID, Status: lapse.PaymentStatus(ev.Status),
 			AmountCents: ev.AmountCents, Currency: ev.Currency,
