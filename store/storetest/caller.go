@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -29,9 +30,12 @@ type callerStore struct {
 }
 
 // inTx runs fn in a caller's transaction and commits it, again on
-// ErrRetryable (a bounded number of times).
+// ErrRetryable — as a caller would, with a randomised backoff (at REPEATABLE
+// READ, transactions on hot SKU rows lose to each other often), for up to
+// 30 seconds.
 func inTx[T any](ctx context.Context, c *callerStore, fn func(tx store.Tx) (T, error)) (T, error) {
 	var zero T
+	giveUp := time.Now().Add(30 * time.Second)
 	for attempt := 0; ; attempt++ {
 		tx, commit, rollback, err := c.begin(ctx)
 		if err != nil {
@@ -46,10 +50,11 @@ func inTx[T any](ctx context.Context, c *callerStore, fn func(tx store.Tx) (T, e
 		} else {
 			rollback(ctx)
 		}
-		if !errors.Is(err, store.ErrRetryable) || attempt >= 20 {
+		if !errors.Is(err, store.ErrRetryable) || time.Now().After(giveUp) {
 			return v, err
 		}
-		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+		base := time.Millisecond << min(attempt, 6) // up to 64 ms
+		time.Sleep(base + rand.N(base))
 	}
 }
 
