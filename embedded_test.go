@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +53,16 @@ const (
 )
 
 func postgresShop(t *testing.T, fail func(id string) error) shop {
+	return newPostgresShop(t, fail, false)
+}
+
+// postgresShopMany is postgresShop with the batch form of the cancel hook
+// (OnCancelledMany): one statement for all the orders a batch cancels.
+func postgresShopMany(t *testing.T, fail func(id string) error) shop {
+	return newPostgresShop(t, fail, true)
+}
+
+func newPostgresShop(t *testing.T, fail func(id string) error, many bool) shop {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, testdb.PostgresSchema(t))
 	if err != nil {
@@ -70,8 +81,25 @@ func postgresShop(t *testing.T, fail func(id string) error) shop {
 			return err
 		}
 	}
-	st, err := postgres.FromPool(pool, postgres.Config{Hooks: postgres.Hooks{
-		OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}})
+	hooks := postgres.Hooks{OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}
+	if many {
+		hooks.OnCancelled = nil
+		hooks.OnCancelledMany = func(ctx context.Context, tx pgx.Tx, os []order.Order) error {
+			ids := make([]string, len(os))
+			for i, o := range os {
+				if err := fail(o.ID); err != nil {
+					return err
+				}
+				ids[i] = o.ID
+			}
+			if _, err := tx.Exec(ctx, "UPDATE orders_of_the_shop SET status = 'cancelled' WHERE id = ANY($1) AND status = 'pending'", ids); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO hook_runs (id, event) SELECT unnest($1::text[]), 'cancelled'", ids)
+			return err
+		}
+	}
+	st, err := postgres.FromPool(pool, postgres.Config{Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +199,12 @@ func pgxPlaceholders(q string) string {
 	return string(out)
 }
 
-func mysqlShop(t *testing.T, fail func(id string) error) shop {
+func mysqlShop(t *testing.T, fail func(id string) error) shop { return newMySQLShop(t, fail, false) }
+
+// mysqlShopMany is mysqlShop with OnCancelledMany.
+func mysqlShopMany(t *testing.T, fail func(id string) error) shop { return newMySQLShop(t, fail, true) }
+
+func newMySQLShop(t *testing.T, fail func(id string) error, many bool) shop {
 	dc := testdb.MySQLDatabase(t)
 	dc.ParseTime, dc.ClientFoundRows = true, true // what lapse's FromDB asks of a pool
 	db, err := sql.Open("mysql", dc.FormatDSN())
@@ -192,8 +225,26 @@ func mysqlShop(t *testing.T, fail func(id string) error) shop {
 			return err
 		}
 	}
-	st, err := mysql.FromDB(db, mysql.Config{Hooks: mysql.Hooks{
-		OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}})
+	hooks := mysql.Hooks{OnCancelled: hook(shopCancelled, "cancelled"), OnPaid: hook(shopPaid, "paid")}
+	if many {
+		hooks.OnCancelled = nil
+		hooks.OnCancelledMany = func(ctx context.Context, tx *sql.Tx, os []order.Order) error {
+			ids := make([]any, len(os))
+			for i, o := range os {
+				if err := fail(o.ID); err != nil {
+					return err
+				}
+				ids[i] = o.ID
+			}
+			in := strings.TrimSuffix(strings.Repeat("?,", len(os)), ",")
+			if _, err := tx.ExecContext(ctx, "UPDATE orders_of_the_shop SET status = 'cancelled' WHERE status = 'pending' AND id IN ("+in+")", ids...); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO hook_runs (id, event) SELECT id, 'cancelled' FROM orders_of_the_shop WHERE id IN ("+in+")", ids...)
+			return err
+		}
+	}
+	st, err := mysql.FromDB(db, mysql.Config{Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +401,8 @@ func TestEmbedded(t *testing.T) {
 // ran once, and the order is cancelled once its hook holds.
 func TestEmbeddedHookFailureDelaysOnlyItsOrder(t *testing.T) {
 	t.Parallel()
-	for name, mk := range map[string]func(*testing.T, func(string) error) shop{"postgres": postgresShop, "mysql": mysqlShop} {
+	for name, mk := range map[string]func(*testing.T, func(string) error) shop{"postgres": postgresShop, "mysql": mysqlShop,
+		"postgres/OnCancelledMany": postgresShopMany, "mysql/OnCancelledMany": mysqlShopMany} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var broken atomic.Bool

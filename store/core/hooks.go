@@ -23,15 +23,50 @@ type Hooks interface {
 	Run(ctx context.Context, tx ExecutorTx, event string, o order.Order) error
 }
 
-// hook runs the hook of event for each of os in tx, in order; the first
-// that fails is a *store.HookError naming its order (and the transaction is
-// then rolled back: on PostgreSQL the hook's failed statement has aborted it).
-func (s *Store) hook(ctx context.Context, tx *Tx, event string, os ...order.Order) error {
+// BatchHooks is optionally implemented by Hooks that take the orders of a
+// batch at once (postgres.Hooks.OnCancelledMany): one statement for the
+// batch instead of one per order.
+type BatchHooks interface {
+	// RunMany runs the batch hook of event for os on tx; handled is false
+	// when event has none (the core then runs Run per order).
+	RunMany(ctx context.Context, tx ExecutorTx, event string, os []order.Order) (handled bool, err error)
+}
+
+// errBatchHook is a batch hook that failed: which order made it fail is not
+// known, so the batch runs again with the hook one order at a time.
+type errBatchHook struct{ err error }
+
+func (e errBatchHook) Error() string { return "a batch hook failed: " + e.err.Error() }
+func (e errBatchHook) Unwrap() error { return e.err }
+
+// hook runs the hook of event for os in tx: a batch hook once for them all
+// (unless oneByOne), else each order's in order. The first that fails is a
+// *store.HookError naming its order, or errBatchHook when a batch hook
+// failed for several (the transaction is then rolled back: on PostgreSQL the
+// hook's failed statement has aborted it).
+func (s *Store) hook(ctx context.Context, tx *Tx, event string, oneByOne bool, os ...order.Order) error {
 	if s.hooks == nil || !s.hooks.Has(event) {
 		return nil
 	}
+	bh, batch := s.hooks.(BatchHooks)
+	if batch && !oneByOne && len(os) > 1 {
+		if handled, err := bh.RunMany(ctx, tx.ExecutorTx, event, os); handled {
+			if err != nil {
+				return errBatchHook{err}
+			}
+			return nil
+		}
+	}
 	for _, o := range os {
-		if err := s.hooks.Run(ctx, tx.ExecutorTx, event, o); err != nil {
+		var handled bool
+		var err error
+		if batch {
+			handled, err = bh.RunMany(ctx, tx.ExecutorTx, event, []order.Order{o})
+		}
+		if !handled {
+			err = s.hooks.Run(ctx, tx.ExecutorTx, event, o)
+		}
+		if err != nil {
 			return &store.HookError{OrderID: o.ID, Event: event, Err: err}
 		}
 	}

@@ -342,7 +342,7 @@ func (s *Store) completePaymentIn(ctx context.Context, tx *Tx, p store.PaymentPa
 	if err := s.refundEvent(ctx, tx, now, o, p); err != nil {
 		return res, err
 	}
-	return res, s.hook(ctx, tx, store.HookRefundRequired, o)
+	return res, s.hook(ctx, tx, store.HookRefundRequired, false, o)
 }
 
 // paid records the attempt that paid o (just marked PAID) and the stock
@@ -355,7 +355,7 @@ func (s *Store) paid(ctx context.Context, tx *Tx, now time.Time, o order.Order, 
 	if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, o); err != nil {
 		return store.PaymentResult{}, err
 	}
-	if err := s.hook(ctx, tx, store.HookPaid, o); err != nil {
+	if err := s.hook(ctx, tx, store.HookPaid, false, o); err != nil {
 		return store.PaymentResult{}, err
 	}
 	return store.PaymentResult{Order: o, Outcome: store.OutcomePaid}, nil
@@ -444,7 +444,7 @@ func (s *Store) cancelOrderIn(ctx context.Context, tx *Tx, id string) (o order.O
 			if err := s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, o); err != nil {
 				return o, err
 			}
-			return o, s.hook(ctx, tx, store.HookCancelled, o)
+			return o, s.hook(ctx, tx, store.HookCancelled, false, o)
 		}
 		if o, err = tx.LockOrder(ctx, id); err != nil {
 			return o, err
@@ -469,13 +469,23 @@ func (s *Store) cancelOrderIn(ctx context.Context, tx *Tx, id string) (o order.O
 // took, named — and the order is reported in HookFailed, still due.
 func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	var failed []*store.HookError
+	oneByOne := false
 	for {
-		res, took, err := s.cancelDueOnce(ctx, p)
+		res, took, err := s.cancelDueOnce(ctx, p, oneByOne)
+		if errors.As(err, new(errBatchHook)) && !oneByOne {
+			// The batch hook failed for some order: find which, one by one.
+			oneByOne = true
+			if len(p.IDs) == 0 {
+				p.IDs, p.Claim = took, 0
+			}
+			continue
+		}
 		he, ok := hookFailed(err)
 		if !ok {
 			res.HookFailed = failed
 			return res, err
 		}
+		oneByOne = false
 		failed = append(failed, he)
 		if len(p.IDs) == 0 {
 			p.IDs, p.Claim = took, 0 // the claim's orders, now named
@@ -488,7 +498,7 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 
 // cancelDueOnce is one transaction of CancelDue; took is the orders it
 // cancelled before it failed (those of a claim, to run again by name).
-func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams) (res store.CancelDueResult, took []string, err error) {
+func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneByOne bool) (res store.CancelDueResult, took []string, err error) {
 	if len(p.IDs) == 0 && p.Claim <= 0 {
 		return store.CancelDueResult{}, nil, nil
 	}
@@ -500,7 +510,7 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams) (res
 			return fmt.Errorf("cancel: %w", err)
 		}
 		took = orderIDs(done)
-		if err := s.hook(ctx, tx, store.HookCancelled, done...); err != nil {
+		if err := s.hook(ctx, tx, store.HookCancelled, oneByOne, done...); err != nil {
 			return err
 		}
 		res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done)} // fresh on every retry

@@ -26,14 +26,23 @@ import (
 //
 //	LAPSE_TEST_POSTGRES=… go test -run '^$' -bench CancelDueHook -benchtime 4000x -count 3 ./store/postgres/
 func BenchmarkCancelDueHook(b *testing.B) {
-	b.Run("service/batch=200", func(b *testing.B) { benchCancelDueHook(b, false, false) })
-	b.Run("embedded/batch=200", func(b *testing.B) { benchCancelDueHook(b, true, false) })
-	b.Run("embedded-hook/batch=200", func(b *testing.B) { benchCancelDueHook(b, true, true) })
+	b.Run("service/batch=200", func(b *testing.B) { benchCancelDueHook(b, false, hookNone) })
+	b.Run("embedded/batch=200", func(b *testing.B) { benchCancelDueHook(b, true, hookNone) })
+	b.Run("embedded-hook/batch=200", func(b *testing.B) { benchCancelDueHook(b, true, hookEach) })
+	b.Run("embedded-hook-many/batch=200", func(b *testing.B) { benchCancelDueHook(b, true, hookMany) })
 }
+
+// The shop's cancel hook in a benchmark: none, OnCancelled (a statement per
+// order) or OnCancelledMany (one per batch).
+const (
+	hookNone = iota
+	hookEach
+	hookMany
+)
 
 // benchCancelDueHook cancels b.N orders on a store of Open, or of FromPool
 // (embedded) with or without the shop's hook.
-func benchCancelDueHook(b *testing.B, embedded, hook bool) {
+func benchCancelDueHook(b *testing.B, embedded bool, hook int) {
 	const batch, skus = 200, 50
 	ctx := context.Background()
 	u := newSchema(b)
@@ -46,9 +55,19 @@ func benchCancelDueHook(b *testing.B, embedded, hook bool) {
 		}
 		b.Cleanup(pool.Close)
 		var hooks postgres.Hooks
-		if hook {
+		switch hook {
+		case hookEach:
 			hooks.OnCancelled = func(ctx context.Context, tx pgx.Tx, o order.Order) error {
 				_, err := tx.Exec(ctx, "UPDATE orders_of_the_shop SET status = 'cancelled' WHERE id = $1 AND status = 'pending'", o.ID)
+				return err
+			}
+		case hookMany:
+			hooks.OnCancelledMany = func(ctx context.Context, tx pgx.Tx, os []order.Order) error {
+				ids := make([]string, len(os))
+				for i, o := range os {
+					ids[i] = o.ID
+				}
+				_, err := tx.Exec(ctx, "UPDATE orders_of_the_shop SET status = 'cancelled' WHERE id = ANY($1) AND status = 'pending'", ids)
 				return err
 			}
 		}
@@ -88,7 +107,7 @@ func benchCancelDueHook(b *testing.B, embedded, hook bool) {
 		b.FailNow()
 	}
 	conn := connect(b, u)
-	if hook {
+	if hook != hookNone {
 		if _, err := conn.Exec(ctx, "CREATE TABLE orders_of_the_shop (id text PRIMARY KEY, status text NOT NULL)"); err != nil {
 			b.Fatal(err)
 		}
@@ -115,7 +134,7 @@ func benchCancelDueHook(b *testing.B, embedded, hook bool) {
 	if done != n {
 		b.Fatalf("cancelled %d of %d", done, n)
 	}
-	if hook {
+	if hook != hookNone {
 		var moved int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM orders_of_the_shop WHERE status = 'cancelled'").Scan(&moved); err != nil {
 			b.Fatal(err)
