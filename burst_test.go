@@ -28,7 +28,9 @@ func TestRelayYieldsWhileABurstIsCancelled(t *testing.T) {
 	svc := newService(t, lapse.Config{Store: st, PollStore: true, SweepInterval: -1, BatchSize: 5,
 		Sinks: []outbox.Sink{sink}, Registerer: reg, Outbox: outbox.Config{Workers: 1, MaxYield: 200 * time.Millisecond}})
 	const n = 100
-	due := time.Now().Add(time.Second)
+	// One deadline for all, far enough out that creating them on a loaded
+	// machine does not spread them (spread, they are no burst).
+	due := time.Now().Add(3 * time.Second)
 	for i := range n {
 		create(t, svc, fmt.Sprintf("b%03d", i), max(time.Until(due), 10*time.Millisecond))
 	}
