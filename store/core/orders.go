@@ -497,7 +497,7 @@ func (s *Store) CancelDue(ctx context.Context, p store.CancelDueParams) (store.C
 }
 
 // cancelDueOnce is one transaction of CancelDue; took is the orders it
-// cancelled before it failed (those of a claim, to run again by name).
+// cancelled before a hook failed (those of a claim, to run again by name).
 func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneByOne bool) (res store.CancelDueResult, took []string, err error) {
 	if len(p.IDs) == 0 && p.Claim <= 0 {
 		return store.CancelDueResult{}, nil, nil
@@ -509,8 +509,8 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 		if err != nil {
 			return fmt.Errorf("cancel: %w", err)
 		}
-		took = orderIDs(done)
 		if err := s.hook(ctx, tx, store.HookCancelled, oneByOne, done...); err != nil {
+			took = orderIDs(done) // only a failed hook's rerun needs them
 			return err
 		}
 		res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done)} // fresh on every retry
