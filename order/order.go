@@ -11,21 +11,26 @@ import "time"
 // Status is where an order is in its lifecycle.
 type Status string
 
-// The four statuses of docs/architecture.md §2. PAID and CANCELLED are final.
+// The statuses of docs/architecture.md §2. PAID and CANCELLED are final.
+// CANCELLING exists only in order-service mode (docs/order-service.md): the
+// deadline passed and lapse commanded the order service to cancel; its
+// answer decides what the order becomes (CANCELLED, PAID, or PAYING to be
+// asked again).
 const (
-	Pending   Status = "PENDING"
-	Paying    Status = "PAYING"
-	Paid      Status = "PAID"
-	Cancelled Status = "CANCELLED"
+	Pending    Status = "PENDING"
+	Paying     Status = "PAYING"
+	Paid       Status = "PAID"
+	Cancelled  Status = "CANCELLED"
+	Cancelling Status = "CANCELLING"
 )
 
 // Statuses lists every status, in lifecycle order.
-var Statuses = []Status{Pending, Paying, Paid, Cancelled}
+var Statuses = []Status{Pending, Paying, Cancelling, Paid, Cancelled}
 
-// Valid reports whether s is one of the four statuses.
+// Valid reports whether s is one of the statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case Pending, Paying, Paid, Cancelled:
+	case Pending, Paying, Cancelling, Paid, Cancelled:
 		return true
 	}
 	return false
@@ -119,6 +124,27 @@ type StockTask struct {
 	Attempts int
 	// Result is the inventory's last answer (REPLENISH_SUCCESS,
 	// ALREADY_DONE, REJECTED), "" before one.
+	Result    string
+	LastError string
+	CreatedAt time.Time
+	NextAt    time.Time // when it is due again (while PENDING)
+	DoneAt    time.Time // zero unless DONE
+	DeadAt    time.Time // zero unless DEAD
+}
+
+// Command is one order.cancel_if_pending command of order-service mode
+// (docs/order-service.md): written when the order's cancel_after passed and
+// it moved to CANCELLING, sent until the order service answers for good.
+// It exists once per order and deadline (its id is ordersvc.CommandID).
+type Command struct {
+	ID          string
+	OrderID     string
+	CancelAfter time.Time
+	Status      TaskStatus
+	// Attempts counts sends (claims), the current one included.
+	Attempts int
+	// Result is the order service's last answer (cancelled, paying, …),
+	// "" before one.
 	Result    string
 	LastError string
 	CreatedAt time.Time

@@ -58,6 +58,7 @@ type Store interface {
 	Stock
 	Outbox
 	Tasks
+	Commands
 	Auditor
 	Dashboard
 	// Migrate brings the schema to the newest version; a failed migration
@@ -363,6 +364,11 @@ type CancelDueParams struct {
 	// and unpaid: PAYING orders (and attempted PENDING ones) past cancel_after
 	// are cancelled too. Only with IDs.
 	Confirmed bool
+	// Command: the order service owns these orders (order-service mode,
+	// docs/order-service.md). Due orders are not cancelled: they move to
+	// CANCELLING and their cancel commands are written (store.Commands),
+	// in the same transaction; Cancelled lists them.
+	Command bool
 	// Why, when set, says why the orders were cancelled beyond their
 	// cancel_reason (payment_unknown: the gateway never knew the attempt);
 	// their order.cancelled events carry it as cancel_detail.

@@ -505,6 +505,9 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 	ids := unique(p.IDs)
 	sorted := slices.Sorted(slices.Values(ids)) // the lock order of the batch
 	err = s.withTx(ctx, TxOptions{Urgent: true}, func(tx *Tx) error {
+		if p.Command {
+			return s.commandDueIn(ctx, tx, ids, sorted, p, &res)
+		}
 		done, now, err := s.cancelDue(ctx, tx, sorted, p)
 		if err != nil {
 			return fmt.Errorf("cancel: %w", err)
@@ -535,6 +538,29 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 		return store.CancelDueResult{}, took, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
 	return res, took, nil
+}
+
+// commandDueIn is one transaction of CancelDue in order-service mode: the
+// due orders move to CANCELLING with their commands written (Cancelled
+// lists them); no stock moves and no event is written — the answer's
+// transition writes them. No hook runs: the order service is not embedded.
+func (s *Store) commandDueIn(ctx context.Context, tx *Tx, ids, sorted []string, p store.CancelDueParams, res *store.CancelDueResult) error {
+	done, now, err := s.commandDue(ctx, tx, sorted, p)
+	if err != nil {
+		return fmt.Errorf("command: %w", err)
+	}
+	*res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done)}
+	if rest := notIn(ids, done); len(rest) > 0 {
+		others, err := tx.Orders(ctx, rest)
+		if err != nil {
+			return fmt.Errorf("read skipped: %w", err)
+		}
+		res.Skipped = skippedRows(rest, others)
+	}
+	if p.Confirmed {
+		return endOpenAttempts(ctx, tx, done, now)
+	}
+	return nil
 }
 
 // endOpenAttempts records the open attempts of orders a confirmed cancel

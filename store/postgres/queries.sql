@@ -799,3 +799,95 @@ SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > $1 ORDER BY sku 
 -- name: first_migration
 -- When the lowest version recorded was applied: the store's identity (store.Identified).
 SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1;
+
+-- Order-service mode (store/core/commands.go, docs/order-service.md).
+
+-- name: command_due
+-- cancel_due's twin: the due orders of the batch move to CANCELLING, their
+-- cancel commanded of the order service. $1 now, $2 ids, $3 and $4 as
+-- cancel_due's.
+UPDATE lapse_orders SET status = 'CANCELLING', version = version + 1
+WHERE id = ANY($2::text[])
+  AND cancel_after <= $1
+  AND (status = 'PENDING' OR ($4::boolean AND status = 'PAYING'))
+  AND (NOT $3::boolean OR $4::boolean OR payment_attempts = 0)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: claim_command_due
+-- claim_due's twin (the same walk of lapse_orders_status_cancel_after).
+UPDATE lapse_orders SET status = 'CANCELLING', version = version + 1
+WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders
+                      WHERE status = 'PENDING' AND cancel_after <= LEAST($2::timestamptz, $1::timestamptz)
+                        AND (NOT $4::boolean OR payment_attempts = 0)
+                      ORDER BY cancel_after
+                      LIMIT $3
+                      FOR UPDATE SKIP LOCKED))
+  AND status = 'PENDING'
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: insert_commands
+-- $1 now, $2 ids, $3 order ids, $4 cancel_afters: PENDING, due now. The same
+-- order and deadline again (a retried transaction) keeps the row it has.
+INSERT INTO lapse_order_commands (id, order_id, cancel_after, next_at, since, created_at)
+SELECT c.id, c.order_id, c.cancel_after, $1, $1, $1
+FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS c(id, order_id, cancel_after)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: claim_commands
+-- claim_tasks's twin, through lapse_order_commands_due.
+UPDATE lapse_order_commands SET next_at = $2, attempts = attempts + 1
+WHERE id = ANY (ARRAY(SELECT id FROM lapse_order_commands
+                      WHERE status = 'PENDING' AND next_at <= $1
+                      ORDER BY next_at
+                      LIMIT $3
+                      FOR UPDATE SKIP LOCKED))
+  AND status = 'PENDING'
+RETURNING id, order_id, cancel_after, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;
+
+-- name: settle_command
+-- $1 id, $2 the claim's attempts, $3 the new status, $4 now, $5 when it is due
+-- again, $6 the answer, $7 the error, $8 true when it counts as a failure.
+UPDATE lapse_order_commands SET status = $3, next_at = $5, result = $6, last_error = $7,
+    failures = failures + CASE WHEN $8::boolean THEN 1 ELSE 0 END,
+    done_at = CASE WHEN $3 = 'DONE' THEN $4::timestamptz END,
+    dead_at = CASE WHEN $3 = 'DEAD' THEN $4::timestamptz END
+WHERE id = $1 AND attempts = $2 AND status = 'PENDING';
+
+-- name: resolve_commanded
+-- The transition an answer decides: $1 id, $2 the status it becomes, $3 now.
+-- CANCELLED and PAID come from CANCELLING or PAYING (paying was answered
+-- before); PAYING from CANCELLING only.
+UPDATE lapse_orders SET status = $2, version = version + 1,
+    cancelled_at = CASE WHEN $2 = 'CANCELLED' THEN $3::timestamptz ELSE cancelled_at END,
+    cancel_reason = CASE WHEN $2 = 'CANCELLED' THEN 'timeout' ELSE cancel_reason END,
+    paid_at = CASE WHEN $2 = 'PAID' THEN $3::timestamptz ELSE paid_at END
+WHERE id = $1 AND (status = 'CANCELLING' OR (status = 'PAYING' AND $2 <> 'PAYING'))
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: list_commands
+-- list_tasks's twin: $1 DEAD only, $2 an order id, $3 the cursor, $4 limit.
+SELECT id, order_id, cancel_after, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM lapse_order_commands
+WHERE CASE WHEN $2::text <> '' THEN order_id = $2::text
+           WHEN $1::boolean THEN status = 'DEAD'
+           ELSE status <> 'DONE' END
+  AND id > $3::text
+ORDER BY id COLLATE "C"
+LIMIT $4;
+
+-- name: retry_commands
+UPDATE lapse_order_commands SET status = 'PENDING', next_at = $1, since = $1, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND ($3::boolean OR id = ANY($2::text[]));
+
+-- name: purge_commands
+DELETE FROM lapse_order_commands WHERE status = 'DEAD' AND ($2::boolean OR id = ANY($1::text[]));
+
+-- name: command_stats
+SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'DEAD'),
+       min(created_at) FILTER (WHERE status = 'PENDING')
+FROM lapse_order_commands WHERE status <> 'DONE';

@@ -1,0 +1,335 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/ordersvc"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Order-service mode (docs/order-service.md): the order service owns the
+// orders, so a due order is not cancelled here. It moves to CANCELLING and
+// its command is written, in the timeout cancel's transaction; the command's
+// answer makes the transition, in the settle's. What is decided here is the
+// order of those steps; each statement is the driver's (CommandExecutor).
+
+// CommandExecutor is what a driver adds for order-service mode: one
+// statement per method, on a transaction's executor (and, for the reads, the
+// store's).
+type CommandExecutor interface {
+	// CommandDue moves those of a batch that are due (as CancelDue takes
+	// them) from PENDING — or, Confirmed, PAYING — to CANCELLING, and
+	// returns them (items loaded).
+	CommandDue(ctx context.Context, a CancelArgs) ([]order.Order, error)
+	// ClaimCommandDue is ClaimDue's twin: it claims due orders and moves
+	// them to CANCELLING.
+	ClaimCommandDue(ctx context.Context, a ClaimArgs) ([]order.Order, error)
+	// InsertCommands writes commands, PENDING and due at now; a command
+	// that exists already (the same order and deadline) is left as it is.
+	InsertCommands(ctx context.Context, now time.Time, cs []order.Command) error
+	// ClaimCommands leases up to limit PENDING commands with next_at <=
+	// now, earliest first, skipping rows other claims hold: next_at becomes
+	// leaseUntil and attempts grows by one. Order is left for the core.
+	ClaimCommands(ctx context.Context, limit int, now, leaseUntil time.Time) ([]store.ClaimedCommand, error)
+	// SettleCommand records o on its row, as status, if the row is PENDING
+	// and its attempts still the claim's (ok=false otherwise: another claim
+	// holds it). A failure (no answer lapse acts on) counts one more.
+	SettleCommand(ctx context.Context, o store.CommandOutcome, status order.TaskStatus, now, nextAt time.Time) (ok bool, err error)
+	// ResolveCommanded makes the transition an answer decides: order id,
+	// CANCELLING (or PAYING, for CANCELLED and PAID) → to, with
+	// cancelled_at (reason timeout) or paid_at set to now. ok=false when
+	// the order was in neither status.
+	ResolveCommanded(ctx context.Context, id string, to order.Status, now time.Time) (order.Order, bool, error)
+	ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error)
+	RetryCommands(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error)
+	PurgeCommands(ctx context.Context, p store.RetryTasksParams) (int64, error)
+	CommandStats(ctx context.Context) (store.TaskStats, error)
+}
+
+// ErrNoCommands: the store's driver does not implement order-service mode.
+var ErrNoCommands = errors.New("store: this store does not support order-service mode")
+
+func commandsOf(e any) (CommandExecutor, error) {
+	ce, ok := e.(CommandExecutor)
+	if !ok {
+		return nil, ErrNoCommands
+	}
+	return ce, nil
+}
+
+// commandDue is cancelDue for order-service mode: the batch's due orders
+// move to CANCELLING and their commands are written.
+func (s *Store) commandDue(ctx context.Context, tx *Tx, sorted []string, p store.CancelDueParams) ([]order.Order, time.Time, error) {
+	ce, err := commandsOf(tx.ExecutorTx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var done []order.Order
+	if len(sorted) > 0 {
+		done, err = ce.CommandDue(ctx, CancelArgs{IDs: sorted, Now: now, SkipAttempted: p.SkipAttempted, Confirmed: p.Confirmed})
+	} else {
+		done, err = ce.ClaimCommandDue(ctx, ClaimArgs{Now: now, DueBy: dueBy(now, p.Lag), Limit: p.Claim, SkipAttempted: p.SkipAttempted})
+	}
+	if err != nil || len(done) == 0 {
+		return done, now, err
+	}
+	cs := make([]order.Command, len(done))
+	for i, o := range done {
+		cs[i] = order.Command{ID: ordersvc.CommandID(o.ID, o.CancelAfter), OrderID: o.ID, CancelAfter: o.CancelAfter}
+	}
+	if err := ce.InsertCommands(ctx, now, cs); err != nil {
+		return nil, time.Time{}, fmt.Errorf("write commands: %w", err)
+	}
+	return done, now, nil
+}
+
+// ClaimCommands implements store.Commands.
+func (s *Store) ClaimCommands(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedCommand, error) {
+	if p.Limit < 1 || p.Lease <= 0 {
+		return nil, fmt.Errorf("claim commands: limit %d, lease %s: %w", p.Limit, p.Lease, store.ErrInvalid)
+	}
+	var out []store.ClaimedCommand
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		ce, err := commandsOf(tx.ExecutorTx)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if out, err = ce.ClaimCommands(ctx, p.Limit, now, now.Add(p.Lease)); err != nil || len(out) == 0 {
+			return err
+		}
+		return s.commandBodies(ctx, tx, out, now)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim commands: %w", err)
+	}
+	return out, nil
+}
+
+// commandBodies loads each claimed command's order, and the payment attempts
+// of those that had any.
+func (s *Store) commandBodies(ctx context.Context, tx *Tx, cs []store.ClaimedCommand, now time.Time) error {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.OrderID
+	}
+	os, err := tx.Orders(ctx, unique(ids))
+	if err != nil {
+		return fmt.Errorf("read orders: %w", err)
+	}
+	byID := make(map[string]order.Order, len(os))
+	for _, o := range os {
+		byID[o.ID] = o
+	}
+	for i := range cs {
+		cs[i].ClaimedAt = now
+		o, ok := byID[cs[i].OrderID]
+		if !ok {
+			o = order.Order{ID: cs[i].OrderID}
+		}
+		if o.PaymentID != "" || o.PaymentAttempts > 0 { // an attempt was started
+			if o.Payments, err = tx.Payments(ctx, o.ID); err != nil {
+				return fmt.Errorf("read attempts of %s: %w", o.ID, err)
+			}
+		}
+		if o.Payments == nil {
+			o.Payments = []order.Payment{}
+		}
+		cs[i].Order = o
+	}
+	return nil
+}
+
+// SettleCommands implements store.Commands: one transaction for the batch,
+// each answer's transition with its command's row.
+func (s *Store) SettleCommands(ctx context.Context, outcomes []store.CommandOutcome) (store.SettleCommandsResult, error) {
+	var res store.SettleCommandsResult
+	if len(outcomes) == 0 {
+		return res, nil
+	}
+	// Orders in byte order: the lock order of every batch.
+	outcomes = slices.Clone(outcomes)
+	slices.SortFunc(outcomes, func(a, b store.CommandOutcome) int {
+		if a.OrderID != b.OrderID {
+			if a.OrderID < b.OrderID {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		res = store.SettleCommandsResult{} // fresh on every retry
+		ce, err := commandsOf(tx.ExecutorTx)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		res.Now = now
+		for _, o := range outcomes {
+			if err := s.settleCommandIn(ctx, tx, ce, o, now, &res); err != nil {
+				return fmt.Errorf("settle command %s of %s: %w", o.ID, o.OrderID, err)
+			}
+		}
+		if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, res.Paid...); err != nil {
+			return err
+		}
+		return s.effects(ctx, tx, now, MoveRelease, order.EventCancelled, res.Cancelled...)
+	})
+	if err != nil {
+		return store.SettleCommandsResult{}, fmt.Errorf("settle %d commands: %w", len(outcomes), err)
+	}
+	return res, nil
+}
+
+// settleCommandIn records one outcome and makes the transition its answer
+// decides.
+func (s *Store) settleCommandIn(ctx context.Context, tx *Tx, ce CommandExecutor, o store.CommandOutcome, now time.Time, res *store.SettleCommandsResult) error {
+	r := ordersvc.Result(o.Result)
+	status := order.TaskPending
+	switch {
+	case o.Dead || r == ordersvc.NotFound:
+		status = order.TaskDead
+	case r.Final():
+		status = order.TaskDone
+	}
+	settled, err := ce.SettleCommand(ctx, o, status, now, now.Add(max(o.RetryIn, 0)))
+	if err != nil || !settled {
+		return err // a stale claim's outcome: the claim that holds it settles
+	}
+	var to order.Status
+	switch r {
+	case ordersvc.Cancelled, ordersvc.AlreadyCancelled:
+		to = order.Cancelled
+	case ordersvc.AlreadyPaid:
+		to = order.Paid
+	case ordersvc.Paying:
+		to = order.Paying
+	default:
+		return nil // no answer, or not_found: the order stays as it is
+	}
+	moved, ok, err := ce.ResolveCommanded(ctx, o.OrderID, to, now)
+	if err != nil {
+		return err
+	}
+	if ok {
+		switch to {
+		case order.Cancelled:
+			res.Cancelled = append(res.Cancelled, moved)
+		case order.Paid:
+			res.Paid = append(res.Paid, moved)
+		case order.Paying:
+			res.Paying = append(res.Paying, moved.ID)
+		}
+		return nil
+	}
+	// The order was in neither CANCELLING nor PAYING: a settle of the same
+	// answer before (a lease that ran out), or lapse's own record moved on
+	// (a payment reported to lapse). Only a disagreement is a conflict.
+	cur, err := getOrder(ctx, tx, o.OrderID)
+	if errors.Is(err, store.ErrNotFound) {
+		res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Status != to && !(to == order.Paying && cur.Status == order.Paid) {
+		res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result, Status: cur.Status})
+	}
+	return nil
+}
+
+// ListCommands implements store.Commands.
+func (s *Store) ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error) {
+	ce, err := commandsOf(s.d)
+	if err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	out, err := ce.ListCommands(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	return out, nil
+}
+
+// RetryCommands implements store.Commands.
+func (s *Store) RetryCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
+	return s.operateCommands(ctx, p, "retry", func(ce CommandExecutor, now time.Time) (int64, error) {
+		return ce.RetryCommands(ctx, p, now)
+	})
+}
+
+// PurgeCommands implements store.Commands.
+func (s *Store) PurgeCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
+	return s.operateCommands(ctx, p, "purge", func(ce CommandExecutor, _ time.Time) (int64, error) {
+		return ce.PurgeCommands(ctx, p)
+	})
+}
+
+// operateCommands runs an operator's action on DEAD commands in a
+// transaction of its own.
+func (s *Store) operateCommands(ctx context.Context, p store.RetryTasksParams, what string, fn func(CommandExecutor, time.Time) (int64, error)) (int64, error) {
+	if len(p.IDs) == 0 && !p.AllDead {
+		return 0, nil
+	}
+	var n int64
+	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+		ce, err := commandsOf(tx.ExecutorTx)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		n, err = fn(ce, now)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s commands: %w", what, err)
+	}
+	return n, nil
+}
+
+// CommandStats implements store.Commands.
+func (s *Store) CommandStats(ctx context.Context) (store.TaskStats, error) {
+	ce, err := commandsOf(s.d)
+	if err != nil {
+		return store.TaskStats{}, err
+	}
+	now, err := s.nowOn(ctx, s.d)
+	if err != nil {
+		return store.TaskStats{}, fmt.Errorf("command stats: %w", err)
+	}
+	st, err := ce.CommandStats(ctx)
+	if err != nil {
+		return store.TaskStats{}, fmt.Errorf("command stats: %w", err)
+	}
+	st.Now = now
+	return st, nil
+}
+
+// CommandFailed reports whether o counts as a failed send: no answer, or an
+// answer refused (not a result lapse acts on).
+func CommandFailed(o store.CommandOutcome) bool {
+	return !ordersvc.Result(o.Result).Valid()
+}

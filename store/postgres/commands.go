@@ -1,0 +1,118 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/core"
+)
+
+// The statements of order-service mode (core.CommandExecutor).
+
+var _ core.CommandExecutor = executor{}
+
+// CommandDue implements core.CommandExecutor.
+func (e executor) CommandDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
+	return e.orders(ctx, "command_due", a.Now, a.IDs, a.SkipAttempted, a.Confirmed)
+}
+
+// ClaimCommandDue implements core.CommandExecutor.
+func (e executor) ClaimCommandDue(ctx context.Context, a core.ClaimArgs) ([]order.Order, error) {
+	return e.orders(ctx, "claim_command_due", a.Now, a.DueBy, a.Limit, a.SkipAttempted)
+}
+
+// InsertCommands implements core.CommandExecutor.
+func (e executor) InsertCommands(ctx context.Context, now time.Time, cs []order.Command) error {
+	ids, orders, due := make([]string, len(cs)), make([]string, len(cs)), make([]time.Time, len(cs))
+	for i, c := range cs {
+		ids[i], orders[i], due[i] = c.ID, c.OrderID, c.CancelAfter
+	}
+	_, err := e.exec(ctx, "insert_commands", now, ids, orders, due)
+	return err
+}
+
+// scanCommand reads the column list every command query returns.
+func scanCommand(r pgx.CollectableRow) (store.ClaimedCommand, error) {
+	var (
+		c          store.ClaimedCommand
+		status     string
+		done, dead *time.Time
+	)
+	err := r.Scan(&c.ID, &c.OrderID, &c.CancelAfter, &status, &c.Attempts, &c.Failures,
+		&c.NextAt, &c.Since, &c.CreatedAt, &done, &dead, &c.Result, &c.LastError)
+	if err != nil {
+		return c, err
+	}
+	c.Status = order.TaskStatus(status)
+	c.CancelAfter, c.NextAt, c.Since, c.CreatedAt = c.CancelAfter.UTC(), c.NextAt.UTC(), c.Since.UTC(), c.CreatedAt.UTC()
+	if done != nil {
+		c.DoneAt = done.UTC()
+	}
+	if dead != nil {
+		c.DeadAt = dead.UTC()
+	}
+	return c, nil
+}
+
+// ClaimCommands implements core.CommandExecutor.
+func (e executor) ClaimCommands(ctx context.Context, limit int, now, leaseUntil time.Time) ([]store.ClaimedCommand, error) {
+	rows, err := e.db.Query(ctx, q.Get("claim_commands"), now, leaseUntil, limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, scanCommand)
+	return out, interpretError(err)
+}
+
+// SettleCommand implements core.CommandExecutor.
+func (e executor) SettleCommand(ctx context.Context, o store.CommandOutcome, status order.TaskStatus, now, nextAt time.Time) (bool, error) {
+	tag, err := e.exec(ctx, "settle_command", o.ID, o.Attempts, string(status), now, nextAt, o.Result, o.Error, core.CommandFailed(o))
+	return tag.RowsAffected() == 1, err
+}
+
+// ResolveCommanded implements core.CommandExecutor.
+func (e executor) ResolveCommanded(ctx context.Context, id string, to order.Status, now time.Time) (order.Order, bool, error) {
+	return e.one(ctx, id, "resolve_commanded", id, string(to), now)
+}
+
+// ListCommands implements core.CommandExecutor.
+func (e executor) ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error) {
+	rows, err := e.db.Query(ctx, q.Get("list_commands"), p.Dead, p.OrderID, p.After, p.Limit)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (order.Command, error) {
+		c, err := scanCommand(r)
+		return c.Command, err
+	})
+	return out, interpretError(err)
+}
+
+// RetryCommands implements core.CommandExecutor.
+func (e executor) RetryCommands(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error) {
+	tag, err := e.exec(ctx, "retry_commands", now, p.IDs, p.AllDead)
+	return tag.RowsAffected(), err
+}
+
+// PurgeCommands implements core.CommandExecutor.
+func (e executor) PurgeCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
+	tag, err := e.exec(ctx, "purge_commands", p.IDs, p.AllDead)
+	return tag.RowsAffected(), err
+}
+
+// CommandStats implements core.CommandExecutor.
+func (e executor) CommandStats(ctx context.Context) (store.TaskStats, error) {
+	var st store.TaskStats
+	var oldest *time.Time
+	if err := e.scan(ctx, "command_stats", nil, &st.Pending, &st.Dead, &oldest); err != nil {
+		return st, err
+	}
+	if oldest != nil {
+		st.OldestPending = oldest.UTC()
+	}
+	return st, nil
+}

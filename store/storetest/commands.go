@@ -1,0 +1,378 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/ordersvc"
+	"github.com/lapsehq/lapse/store"
+)
+
+// exerciseCommands is order-service mode's part of the suite: due orders
+// move to CANCELLING with one command each, and the order service's answer
+// decides their transition.
+func exerciseCommands(t *testing.T, newStore Factory) {
+	t.Run("commands: a due order moves to CANCELLING with one command; cancelled makes it CANCELLED with its event", func(t *testing.T) { testCommandCancelled(t, newStore) })
+	t.Run("commands: each answer decides its transition; paying asks again later", func(t *testing.T) { testCommandAnswers(t, newStore) })
+	t.Run("commands: failures back off, a stale claim cannot settle, the dead are retried or purged", func(t *testing.T) { testCommandLifecycle(t, newStore) })
+	t.Run("commands: the claim mode takes due orders, and concurrent dispatchers never hold one command twice", func(t *testing.T) { testCommandClaims(t, newStore) })
+	t.Run("commands: an answer that contradicts a payment lapse recorded is a conflict, never a transition", func(t *testing.T) { testCommandConflict(t, newStore) })
+}
+
+// CreateCommanded registers an order of order-service mode: no items, no
+// stock held.
+func CreateCommanded(t testing.TB, s store.Store, id string) order.Order {
+	t.Helper()
+	res, err := s.CreateOrder(context.Background(), store.CreateOrderParams{
+		ID: id, AmountCents: 1000, Currency: "EUR", Timeout: timeout, Grace: grace,
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", id, err)
+	}
+	return res.Order
+}
+
+func commandDue(t testing.TB, s store.Store, ids ...string) store.CancelDueResult {
+	t.Helper()
+	res, err := s.CancelDue(context.Background(), store.CancelDueParams{IDs: ids, Command: true})
+	if err != nil {
+		t.Fatalf("command due %v: %v", ids, err)
+	}
+	return res
+}
+
+func claimCommands(t testing.TB, s store.Store, limit int, lease time.Duration) []store.ClaimedCommand {
+	t.Helper()
+	cs, err := s.ClaimCommands(context.Background(), store.ClaimTasksParams{Limit: limit, Lease: lease})
+	if err != nil {
+		t.Fatalf("claim commands: %v", err)
+	}
+	return cs
+}
+
+func answer(c store.ClaimedCommand, r ordersvc.Result) store.CommandOutcome {
+	return store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts, Result: string(r)}
+}
+
+func settleCommands(t testing.TB, s store.Store, os ...store.CommandOutcome) store.SettleCommandsResult {
+	t.Helper()
+	res, err := s.SettleCommands(context.Background(), os)
+	if err != nil {
+		t.Fatalf("settle commands: %v", err)
+	}
+	return res
+}
+
+func eventsOf(t testing.TB, s store.Store, id string) []string {
+	t.Helper()
+	evs, err := s.UnpublishedEvents(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		if e.OrderID == id {
+			out = append(out, e.Type)
+		}
+	}
+	return out
+}
+
+func testCommandCancelled(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	o := CreateCommanded(t, s, "c1")
+	CreateCommanded(t, s, "c-later")
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("claimed %d commands before any deadline", len(cs))
+	}
+	clk.Advance(timeout + grace - time.Millisecond)
+	if res := commandDue(t, s, "c1"); len(res.Cancelled) != 0 || len(res.Skipped) != 1 || res.Skipped[0].Status != order.Pending {
+		t.Fatalf("a millisecond early: %+v, want it skipped PENDING", res)
+	}
+	clk.Advance(time.Millisecond)
+	res := commandDue(t, s, "c1")
+	if got := cancelledIDs(res); !slices.Equal(got, []string{"c1"}) {
+		t.Fatalf("commanded %v, want c1", got)
+	}
+	if got := get(t, s, "c1"); got.Status != order.Cancelling || !got.CancelledAt.IsZero() {
+		t.Fatalf("after the command: %s cancelled_at %v, want CANCELLING and no cancelled_at", got.Status, got.CancelledAt)
+	}
+	if evs := eventsOf(t, s, "c1"); !slices.Equal(evs, []string{order.EventCreated}) {
+		t.Fatalf("events %v: the command writes none", evs)
+	}
+	// The same batch again (a timer delivered twice) writes nothing more.
+	if again := commandDue(t, s, "c1"); len(again.Cancelled) != 0 {
+		t.Fatalf("a second delivery commanded %v", cancelledIDs(again))
+	}
+	cs := claimCommands(t, s, 10, time.Minute)
+	if len(cs) != 1 {
+		t.Fatalf("claimed %d commands, want 1", len(cs))
+	}
+	c := cs[0]
+	if c.ID != ordersvc.CommandID("c1", o.CancelAfter) || c.OrderID != "c1" || !c.CancelAfter.Equal(o.CancelAfter) || c.Attempts != 1 {
+		t.Fatalf("claimed %+v, want the command of c1 at %v, attempt 1", c.Command, o.CancelAfter)
+	}
+	if c.Order.ID != "c1" || c.Order.AmountCents != 1000 || c.Order.Currency != "EUR" || !c.Order.ExpiresAt.Equal(o.ExpiresAt) || c.Order.Payments == nil {
+		t.Fatalf("the command's order %+v, want c1's body with its (empty) attempts", c.Order)
+	}
+	clk.Advance(25 * time.Millisecond)
+	sr := settleCommands(t, s, answer(c, ordersvc.Cancelled))
+	if len(sr.Cancelled) != 1 || sr.Cancelled[0].ID != "c1" || len(sr.Conflicts) != 0 {
+		t.Fatalf("settle: %+v, want c1 cancelled", sr)
+	}
+	got := get(t, s, "c1")
+	if got.Status != order.Cancelled || got.CancelReason != order.ReasonTimeout || !got.CancelledAt.Equal(clk.Now()) {
+		t.Fatalf("after cancelled: %s %s at %v, want CANCELLED by timeout at %v", got.Status, got.CancelReason, got.CancelledAt, clk.Now())
+	}
+	if evs := eventsOf(t, s, "c1"); !slices.Equal(evs, []string{order.EventCreated, order.EventCancelled}) {
+		t.Fatalf("events %v", evs)
+	}
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("a DONE command was claimed again: %+v", cs)
+	}
+	list, err := s.ListCommands(context.Background(), store.ListTasksParams{OrderID: "c1"})
+	if err != nil || len(list) != 1 || list[0].Status != order.TaskDone || list[0].Result != string(ordersvc.Cancelled) || list[0].DoneAt.IsZero() {
+		t.Fatalf("the order's commands: %+v, %v; want one DONE with result cancelled", list, err)
+	}
+	if got := get(t, s, "c-later"); got.Status != order.Pending {
+		t.Fatalf("the other order is %s", got.Status)
+	}
+	AuditOK(t, s)
+}
+
+func testCommandAnswers(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	for _, id := range []string{"a-cancelled", "a-already", "a-paid", "a-paying", "a-gone"} {
+		CreateCommanded(t, s, id)
+	}
+	clk.Advance(timeout + grace)
+	commandDue(t, s, "a-cancelled", "a-already", "a-paid", "a-paying", "a-gone")
+	cs := claimCommands(t, s, 10, time.Minute)
+	if len(cs) != 5 {
+		t.Fatalf("claimed %d, want 5", len(cs))
+	}
+	by := map[string]store.ClaimedCommand{}
+	for _, c := range cs {
+		by[c.OrderID] = c
+	}
+	paying := answer(by["a-paying"], ordersvc.Paying)
+	paying.RetryIn = 30 * time.Second
+	sr := settleCommands(t, s,
+		answer(by["a-cancelled"], ordersvc.Cancelled), answer(by["a-already"], ordersvc.AlreadyCancelled),
+		answer(by["a-paid"], ordersvc.AlreadyPaid), paying, answer(by["a-gone"], ordersvc.NotFound))
+	if len(sr.Cancelled) != 2 || len(sr.Paid) != 1 || !slices.Equal(sr.Paying, []string{"a-paying"}) || len(sr.Conflicts) != 0 {
+		t.Fatalf("settle: %+v", sr)
+	}
+	want := map[string]order.Status{"a-cancelled": order.Cancelled, "a-already": order.Cancelled, "a-paid": order.Paid,
+		"a-paying": order.Paying, "a-gone": order.Cancelling}
+	for id, st := range want {
+		if got := get(t, s, id); got.Status != st {
+			t.Errorf("%s is %s, want %s", id, got.Status, st)
+		}
+	}
+	if got := get(t, s, "a-paid"); !got.PaidAt.Equal(clk.Now()) || got.RefundRequired {
+		t.Errorf("a-paid: paid_at %v refund %v", got.PaidAt, got.RefundRequired)
+	}
+	if evs := eventsOf(t, s, "a-paid"); !slices.Equal(evs, []string{order.EventCreated, order.EventPaid}) {
+		t.Errorf("a-paid events %v", evs)
+	}
+	if evs := eventsOf(t, s, "a-paying"); !slices.Equal(evs, []string{order.EventCreated}) {
+		t.Errorf("a-paying events %v", evs)
+	}
+	dead, err := s.ListCommands(context.Background(), store.ListTasksParams{Dead: true})
+	if err != nil || len(dead) != 1 || dead[0].OrderID != "a-gone" || dead[0].Result != string(ordersvc.NotFound) {
+		t.Fatalf("dead commands %+v, %v; want a-gone's", dead, err)
+	}
+	// paying: asked again after its retry, with the same command id.
+	clk.Advance(29 * time.Second)
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("claimed %d before the paying answer's retry", len(cs))
+	}
+	clk.Advance(time.Second)
+	again := claimCommands(t, s, 10, time.Minute)
+	if len(again) != 1 || again[0].ID != by["a-paying"].ID || again[0].Attempts != 2 || again[0].Order.Status != order.Paying {
+		t.Fatalf("asked again: %+v, want a-paying's command, attempt 2, order PAYING", again)
+	}
+	if again[0].Failures != 0 {
+		t.Fatalf("a paying answer counted as a failure: %d", again[0].Failures)
+	}
+	settleCommands(t, s, answer(again[0], ordersvc.AlreadyCancelled))
+	if got := get(t, s, "a-paying"); got.Status != order.Cancelled || got.CancelReason != order.ReasonTimeout {
+		t.Fatalf("a-paying after already_cancelled: %s %s", got.Status, got.CancelReason)
+	}
+	AuditOK(t, s)
+}
+
+func testCommandLifecycle(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	CreateCommanded(t, s, "l1")
+	clk.Advance(timeout + grace)
+	commandDue(t, s, "l1")
+	c := claimCommands(t, s, 10, time.Minute)[0]
+	// The lease runs out: another dispatcher claims it; the first one's
+	// settle is ignored.
+	clk.Advance(time.Minute)
+	c2 := claimCommands(t, s, 10, time.Minute)
+	if len(c2) != 1 || c2[0].Attempts != 2 {
+		t.Fatalf("after the lease: %+v", c2)
+	}
+	settleCommands(t, s, answer(c, ordersvc.Cancelled))
+	if got := get(t, s, "l1"); got.Status != order.Cancelling {
+		t.Fatalf("a stale claim's answer moved the order to %s", got.Status)
+	}
+	// A failed send backs off and counts.
+	settleCommands(t, s, store.CommandOutcome{ID: c2[0].ID, OrderID: "l1", Attempts: c2[0].Attempts, Error: "503", RetryIn: 10 * time.Second})
+	clk.Advance(9 * time.Second)
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("claimed during the backoff")
+	}
+	clk.Advance(time.Second)
+	c3 := claimCommands(t, s, 10, time.Minute)
+	if len(c3) != 1 || c3[0].Failures != 1 || c3[0].LastError != "503" {
+		t.Fatalf("after the backoff: %+v", c3)
+	}
+	// Dead: listed, retried, dead again, purged.
+	settleCommands(t, s, store.CommandOutcome{ID: c3[0].ID, OrderID: "l1", Attempts: c3[0].Attempts, Error: "400 bad request", Dead: true})
+	st, err := s.CommandStats(ctx)
+	if err != nil || st.Dead != 1 || st.Pending != 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+	if n, err := s.RetryCommands(ctx, store.RetryTasksParams{AllDead: true}); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	c4 := claimCommands(t, s, 10, time.Minute)
+	if len(c4) != 1 || c4[0].Failures != 0 {
+		t.Fatalf("after retry: %+v, want it claimable with failures counted afresh", c4)
+	}
+	settleCommands(t, s, store.CommandOutcome{ID: c4[0].ID, OrderID: "l1", Attempts: c4[0].Attempts, Error: "400", Dead: true})
+	if n, err := s.PurgeCommands(ctx, store.RetryTasksParams{IDs: []string{c4[0].ID}}); err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v", n, err)
+	}
+	if list, err := s.ListCommands(ctx, store.ListTasksParams{OrderID: "l1"}); err != nil || len(list) != 0 {
+		t.Fatalf("after purge: %+v, %v", list, err)
+	}
+	if got := get(t, s, "l1"); got.Status != order.Cancelling {
+		t.Fatalf("after purge the order is %s, want CANCELLING", got.Status)
+	}
+}
+
+func testCommandClaims(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	const n = 60
+	for i := range n {
+		CreateCommanded(t, s, fmt.Sprintf("cc-%02d", i))
+	}
+	clk.Advance(timeout + grace)
+	res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: n / 2, Command: true})
+	if err != nil || len(res.Cancelled) != n/2 {
+		t.Fatalf("claim mode: %d commanded, %v; want %d", len(res.Cancelled), err, n/2)
+	}
+	if res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: n, Command: true}); err != nil || len(res.Cancelled) != n/2 {
+		t.Fatalf("second claim: %d commanded, %v; want the other %d", len(res.Cancelled), err, n/2)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				cs, err := s.ClaimCommands(ctx, store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(cs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range cs {
+					seen[c.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct commands, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("command %s claimed %d times", id, k)
+		}
+	}
+}
+
+func testCommandConflict(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	CreateCommanded(t, s, "x1")
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "x1", PaymentID: "x1-1"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(timeout + grace)
+	// The gateway check found the attempt closed and unpaid: the confirmed
+	// cancel commands it.
+	if res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"x1"}, Command: true, Confirmed: true, SkipAttempted: true}); err != nil || len(res.Cancelled) != 1 {
+		t.Fatalf("confirmed command: %+v, %v", res, err)
+	}
+	c := claimCommands(t, s, 10, time.Minute)[0]
+	if len(c.Order.Payments) != 1 || c.Order.Payments[0].PaymentID != "x1-1" || c.Order.Payments[0].Status != order.PaymentFailed {
+		t.Fatalf("the command's attempts %+v, want x1-1 FAILED (closed by the check)", c.Order.Payments)
+	}
+	// A success arrives while the command is out: money for an order whose
+	// cancel lapse commanded is money to give back; the order stays
+	// CANCELLING for the answer to decide.
+	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "x1", PaymentID: "x1-late", AmountCents: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "x1"); got.Status != order.Cancelling || !got.RefundRequired {
+		t.Fatalf("after a late success: %s refund_required %v, want CANCELLING and a refund", got.Status, got.RefundRequired)
+	}
+	sr := settleCommands(t, s, answer(c, ordersvc.Cancelled))
+	if len(sr.Cancelled) != 1 {
+		t.Fatalf("settle: %+v", sr)
+	}
+	if got := get(t, s, "x1"); got.Status != order.Cancelled || !got.RefundRequired {
+		t.Fatalf("after cancelled: %s refund %v", got.Status, got.RefundRequired)
+	}
+	AuditOK(t, s)
+
+	// An order lapse saw paid, answered cancelled: a conflict.
+	CreateCommanded(t, s, "x2")
+	clk.Advance(timeout + grace)
+	commandDue(t, s, "x2")
+	c = claimCommands(t, s, 10, time.Minute)[0]
+	paying := answer(c, ordersvc.Paying)
+	paying.RetryIn = time.Second
+	settleCommands(t, s, paying)
+	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "x2", PaymentID: "x2-1", AmountCents: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "x2"); got.Status != order.Paid {
+		t.Fatalf("a success for an order the order service said is paying: %s, want PAID", got.Status)
+	}
+	clk.Advance(time.Second)
+	c = claimCommands(t, s, 10, time.Minute)[0]
+	sr = settleCommands(t, s, answer(c, ordersvc.Cancelled))
+	if len(sr.Conflicts) != 1 || sr.Conflicts[0].OrderID != "x2" || sr.Conflicts[0].Status != order.Paid || len(sr.Cancelled) != 0 {
+		t.Fatalf("settle of a contradicting answer: %+v, want one conflict", sr)
+	}
+	if got := get(t, s, "x2"); got.Status != order.Paid {
+		t.Fatalf("a contradicting answer moved the order to %s", got.Status)
+	}
+	AuditOK(t, s)
+}
