@@ -64,8 +64,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,6 +72,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/lapsehq/lapse/internal/endpoint"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/redact"
@@ -154,7 +153,7 @@ var (
 // New validates cfg and returns its sink. It connects to nothing: an
 // endpoint that is down shows in the first Publish.
 func New(cfg Config) (*Sink, error) {
-	u, display, err := parseURL(cfg.URL, cfg.Insecure)
+	u, display, err := endpoint.Parse(cfg.URL, "webhook URL", cfg.Insecure, "--webhook-insecure")
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +214,7 @@ func (s *Sink) Name() string {
 // it: for checking, before opening anything, that two configured sinks are
 // not one. It checks only what the name needs.
 func SinkName(rawURL string) (string, error) {
-	u, display, err := parseURL(rawURL, true)
+	u, display, err := endpoint.Parse(rawURL, "webhook URL", true, "--webhook-insecure")
 	if err != nil {
 		return "", err
 	}
@@ -316,7 +315,7 @@ func (s *Sink) deliver(ctx context.Context, e order.Event) error {
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(body))
 	if err != nil {
 		// The URL was parsed by New: only a bug gets here.
-		return fmt.Errorf("webhook %s: build request: %w", s.display, urlCause(err))
+		return fmt.Errorf("webhook %s: build request: %w", s.display, endpoint.Cause(err))
 	}
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", UserAgent)
@@ -359,7 +358,7 @@ func (s *Sink) transportError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("webhook %s: %w", s.display, ctxErr)
 	}
-	cause := urlCause(err)
+	cause := endpoint.Cause(err)
 	if errors.Is(cause, context.DeadlineExceeded) {
 		return outbox.Refused(fmt.Errorf("webhook %s: no answer within %s: %w", s.display, s.timeout, cause))
 	}
@@ -377,7 +376,7 @@ func (s *Sink) classify(resp *http.Response, now time.Time) error {
 	case code == http.StatusGone:
 		return fmt.Errorf("%w: %w", outbox.ErrGone, serr)
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if d := retryAfter(resp.Header.Get("Retry-After"), now, s.policy.MaxAge); d > 0 {
+		if d := endpoint.RetryAfter(resp.Header.Get("Retry-After"), now, s.policy.MaxAge); d > 0 {
 			return outbox.RefusedRetryAfter(serr, d)
 		}
 		return outbox.Refused(serr)
@@ -407,74 +406,4 @@ func (e *StatusError) Error() string {
 		msg += " (redirects are not followed)"
 	}
 	return msg
-}
-
-// retryAfter reads a Retry-After header, delay-seconds or an HTTP-date,
-// capped at limit (waiting longer than the maximum age is pointless, and
-// the cap keeps a huge value from overflowing a Duration). Zero means
-// absent, unreadable or already past.
-func retryAfter(v string, now time.Time, limit time.Duration) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
-		if secs >= uint64(limit/time.Second) {
-			return limit
-		}
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), limit)
-	}
-	return 0
-}
-
-// parseURL checks a webhook URL and returns it with the form errors and
-// Name show: scheme://host/path, without user info, query or fragment.
-// Its errors never quote the URL whole, which may hold a password or a
-// token.
-func parseURL(raw string, insecure bool) (*url.URL, string, error) {
-	if raw == "" {
-		return nil, "", errors.New("webhook: no URL")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("webhook URL: %w", urlCause(err))
-	}
-	// Hosts are case-insensitive: the name is the same however the flag
-	// spells it.
-	display := u.Scheme + "://" + strings.ToLower(u.Host) + u.EscapedPath()
-	switch {
-	case u.Scheme != "https" && u.Scheme != "http":
-		return nil, "", fmt.Errorf("webhook URL %s: want https:// (or http:// to a loopback address)", display)
-	case u.Host == "" || u.Opaque != "":
-		return nil, "", fmt.Errorf("webhook URL %s: no host", display)
-	case u.User != nil:
-		return nil, "", fmt.Errorf("webhook URL %s: user info (user:password@) is not supported; the signature authenticates lapse to the endpoint", display)
-	case u.Scheme == "http" && !insecure && !isLoopback(u.Hostname()):
-		return nil, "", fmt.Errorf("webhook URL %s: http:// sends order data in clear text; use https://, or --webhook-insecure to allow it", display)
-	}
-	u.Fragment, u.RawFragment = "", ""
-	return u, display, nil
-}
-
-// isLoopback reports whether host is localhost or a loopback address
-// (127.0.0.0/8, ::1).
-func isLoopback(host string) bool {
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
-}
-
-// urlCause strips the *url.Error of net/url and net/http, whose message
-// quotes the URL.
-func urlCause(err error) error {
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err
-	}
-	return err
 }

@@ -212,8 +212,17 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 				id := fmt.Sprintf("tt-%s-%s", from, a)
 				sk := "sku-" + id
 				Stock(t, s, 5, sk)
-				Create(t, s, id, sk)
-				into(t, s, id, from)
+				if from == order.Cancelling {
+					// Only order-service mode's orders are commanded: they
+					// hold no stock.
+					o := CreateCommanded(t, s, id)
+					clk.Set(o.CancelAfter)
+					commandDue(t, s, id)
+					clk.Set(t0)
+				} else {
+					Create(t, s, id, sk)
+					into(t, s, id, from)
+				}
 				before := get(t, s, id)
 				if a == order.ActTimeout {
 					clk.Set(before.CancelAfter) // the guard is cancel_after <= now
@@ -240,7 +249,7 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 					t.Fatalf("%s on %s: refund_required=%v, want %v", a, from, after.RefundRequired, want.RefundRequired)
 				}
 				switch {
-				case a == order.ActPaymentSucceeded && from == order.Cancelled && outcome != store.OutcomeRefundRequired,
+				case a == order.ActPaymentSucceeded && (from == order.Cancelled || from == order.Cancelling) && outcome != store.OutcomeRefundRequired,
 					a == order.ActPaymentSucceeded && (from == order.Pending || from == order.Paying) && outcome != store.OutcomePaid,
 					a == order.ActPaymentFailed && from == order.Paying && outcome != store.OutcomeFailed,
 					// A FAILED of the attempt that paid: a conflict, nothing changes.
@@ -260,12 +269,14 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 						t.Fatalf("cancel reason %q at %v, want %q", after.CancelReason, after.CancelledAt, wantReason)
 					}
 				}
-				switch after.Status {
-				case order.Pending, order.Paying:
+				switch {
+				case from == order.Cancelling:
+					wantSKU(t, s, sk, 5, 0, 0)
+				case after.Status == order.Pending, after.Status == order.Paying:
 					wantSKU(t, s, sk, 4, 1, 0)
-				case order.Paid:
+				case after.Status == order.Paid:
 					wantSKU(t, s, sk, 4, 0, 1)
-				case order.Cancelled:
+				case after.Status == order.Cancelled:
 					wantSKU(t, s, sk, 5, 0, 0)
 				}
 				clk.Set(t0)
