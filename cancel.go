@@ -29,7 +29,7 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids, SkipAttempted: s.checks != nil})
+	_, err := s.cancelBatch(ctx, store.CancelDueParams{IDs: ids, SkipAttempted: s.checks != nil, Command: s.commands != nil})
 	return err
 }
 
@@ -74,6 +74,11 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 		s.schedule(ctx, he.OrderID, time.Now().Add(retry))
 	}
 	for _, c := range res.Cancelled {
+		if p.Command {
+			// Commanded, not cancelled: the answer cancels (commandsSettled).
+			s.early.forget(c.ID)
+			continue
+		}
 		timeout.Inc()
 		s.early.forget(c.ID)
 		s.hookTries.forget(c.ID)
@@ -114,4 +119,18 @@ const burstHold = 100 * time.Millisecond
 // than the cancels, and halved the drain.
 func (s *Service) bursting() bool {
 	return time.Now().UnixNano() < s.burstUntil.Load()
+}
+
+// commandsSettled follows a settle of the order service's answers: the
+// orders they cancelled count as timeout cancels, with their lateness; their
+// events go out.
+func (s *Service) commandsSettled(res store.SettleCommandsResult) {
+	timeout := s.metrics.cancelled.WithLabelValues(string(order.ReasonTimeout))
+	for _, o := range res.Cancelled {
+		timeout.Inc()
+		s.metrics.lateness.Observe(o.CancelledAt.Sub(o.CancelAfter).Seconds())
+	}
+	if len(res.Cancelled)+len(res.Paid) > 0 {
+		s.relay.Notify()
+	}
 }

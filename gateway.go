@@ -241,7 +241,7 @@ func (c *checker) closeAndCancel(ctx context.Context, id string, closeOpen func(
 
 // cancelConfirmed cancels an order whose trade the gateway confirmed closed.
 func (c *checker) cancelConfirmed(ctx context.Context, id string, retry time.Duration, why string) (time.Duration, bool) {
-	res, err := c.s.cancelBatch(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true, Why: why})
+	res, err := c.s.cancelBatch(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true, Why: why, Command: c.s.commands != nil})
 	if err != nil {
 		return retry, true
 	}

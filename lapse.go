@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lapsehq/lapse/inventory"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/payment"
@@ -153,6 +154,17 @@ type Config struct {
 	// Inventory itself (reservation id = order id) instead of taking the
 	// caller's reservation_id; see Service.CreateOrder. Needs Inventory.
 	InventoryReserve bool
+	// OrderService, when set, is the shop's order service that owns the
+	// orders (order-service mode, docs/order-service.md): lapse holds no
+	// stock and does not decide their cancel. At an order's cancel_after
+	// (after grace, and after the gateway check of an open attempt) the
+	// order moves to CANCELLING and a signed order.cancel_if_pending
+	// command goes to the order service; its answer decides the order's
+	// transition. Orders need an id (the order service's); their items
+	// are optional and not stored.
+	OrderService ordersvc.Client
+	// Commands tunes the command dispatcher (with OrderService).
+	Commands ordersvc.DispatcherConfig
 	// DefaultTimeout is the payment window of an order that names none. Defaults to 15 minutes.
 	DefaultTimeout time.Duration
 	// MaxTimeout bounds timeout_seconds. Defaults to 7 days.
@@ -233,6 +245,9 @@ func (c *Config) validate() error {
 	if c.InventoryReserve && c.Inventory == nil {
 		return errors.New("lapse: Config.InventoryReserve needs an Inventory to reserve at")
 	}
+	if c.OrderService != nil && c.Inventory != nil {
+		return errors.New("lapse: Config.OrderService and Config.Inventory: with an order service lapse holds no stock, local or remote")
+	}
 	if c.DefaultTimeout < time.Millisecond {
 		return fmt.Errorf("lapse: Config.DefaultTimeout %s: want at least 1ms", c.DefaultTimeout)
 	}
@@ -278,6 +293,9 @@ type Service struct {
 	// dispatch sends stock tasks to Config.Inventory; nil when lapse holds
 	// the stock itself.
 	dispatch *inventory.Dispatcher
+	// commands sends cancel commands to Config.OrderService; nil when
+	// lapse owns the orders.
+	commands *ordersvc.Dispatcher
 
 	// burstUntil: until when (Unix ns) the service counts as cancelling a
 	// burst of due orders (bursting, cancel.go).
@@ -316,6 +334,16 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.dispatch = &inventory.Dispatcher{Store: cfg.Store, Client: cfg.Inventory, DispatcherConfig: tc}
 		wake = append(wake, s.dispatch)
+	}
+	if cfg.OrderService != nil {
+		cc := cfg.Commands
+		cc.Metrics = m.commands
+		if cc.Logger == nil {
+			cc.Logger = cfg.Logger
+		}
+		cc.OnSettled = s.commandsSettled
+		s.commands = &ordersvc.Dispatcher{Store: cfg.Store, Client: cfg.OrderService, DispatcherConfig: cc}
+		wake = append(wake, s.commands)
 	}
 	s.store = notifying{Store: cfg.Store, wake: wake}
 	if cfg.PollStore {
@@ -363,6 +391,13 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := s.dispatch.Run(ctx); err != nil {
 				s.log.Error("stock task dispatcher stopped", "err", err)
+			}
+		})
+	}
+	if s.commands != nil {
+		wg.Go(func() {
+			if err := s.commands.Run(ctx); err != nil {
+				s.log.Error("order-service command dispatcher stopped", "err", err)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lapsehq/lapse/inventory"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/timer"
 )
@@ -53,6 +54,7 @@ type metrics struct {
 	scheduleErrors    prometheus.Counter
 	outbox            *outbox.Metrics
 	tasks             *inventory.Metrics // with Config.Inventory
+	commands          *ordersvc.Metrics  // with Config.OrderService
 	sweepCaught       prometheus.Counter
 	gatewayChecks     *prometheus.CounterVec
 	reminders         prometheus.Counter
@@ -155,6 +157,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 	if s.cfg.Inventory != nil {
 		if m.tasks, err = inventory.NewMetrics(reg); err != nil {
 			return nil, fmt.Errorf("lapse: register stock task metrics: %w", err)
+		}
+	}
+	if s.cfg.OrderService != nil {
+		if m.commands, err = ordersvc.NewMetrics(reg); err != nil {
+			return nil, fmt.Errorf("lapse: register order-service command metrics: %w", err)
 		}
 	}
 	return m, nil

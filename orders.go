@@ -52,6 +52,9 @@ type CreateOrderRequest struct {
 	Currency string
 	// Timeout is the payment window; zero means Config.DefaultTimeout.
 	Timeout time.Duration
+	// ExpiresAt, instead of Timeout, is when the window closes: the
+	// timeout is the time from now (the service's clock) to it.
+	ExpiresAt time.Time
 	// IdempotencyKey makes a retried request return the order the first one
 	// made, with stock reserved once.
 	IdempotencyKey string
@@ -125,7 +128,13 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 	if p.ID != "" && (len(p.ID) > maxIDLen || !idRE.MatchString(p.ID)) {
 		return p, invalid("id", "want 1-%d characters of A-Z a-z 0-9 _ . : - starting with a letter or digit", maxIDLen)
 	}
-	if len(r.Items) == 0 {
+	commanded := s.cfg.OrderService != nil
+	switch {
+	case commanded && p.ID == "":
+		return p, invalid("id", "required: the order service's own order id")
+	case commanded && r.ReservationID != "":
+		return p, invalid("reservation_id", "the order service owns the order and its stock: lapse holds no reservation")
+	case len(r.Items) == 0 && !commanded:
 		return p, invalid("items", "an order needs at least one item")
 	}
 	if len(r.Items) > MaxItems {
@@ -145,7 +154,11 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 			return p, invalid(field+".qty", "must be between 1 and %d", MaxQty)
 		}
 	}
-	p.Items = append([]order.Item(nil), r.Items...)
+	if !commanded {
+		// With an order service the items are informational: checked,
+		// never held, never stored.
+		p.Items = append([]order.Item(nil), r.Items...)
+	}
 	if p.AmountCents < 0 || p.AmountCents > maxAmountCts {
 		return p, invalid("amount_cents", "must be between 0 and %d", int64(maxAmountCts))
 	}
@@ -159,6 +172,14 @@ func (s *Service) validateCreate(r CreateOrderRequest) (store.CreateOrderParams,
 		// never take this order's money.
 		return p, &InvalidError{Code: "currency_unsupported", Field: "currency",
 			Message: fmt.Sprintf("the payment gateway cannot take %s", p.Currency)}
+	}
+	if !r.ExpiresAt.IsZero() {
+		if p.Timeout != 0 {
+			return p, invalid("expires_at", "send expires_at or a timeout, not both")
+		}
+		if p.Timeout = time.Until(r.ExpiresAt); p.Timeout <= 0 {
+			return p, invalid("expires_at", "must be in the future")
+		}
 	}
 	if p.Timeout == 0 {
 		p.Timeout = s.cfg.DefaultTimeout

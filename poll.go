@@ -127,7 +127,7 @@ const burstRound = time.Second
 // long as its claims come back full, without waiting for the others, until
 // one comes back short or fails, or burstRound has passed.
 func (p *poller) claim(ctx context.Context, batch, width int) (store.CancelDueResult, bool, error) {
-	params := store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil}
+	params := store.CancelDueParams{Claim: batch, Lag: p.lag, SkipAttempted: p.s.checks != nil, Command: p.s.commands != nil}
 	var (
 		mu    sync.Mutex
 		last  store.CancelDueResult

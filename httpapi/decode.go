@@ -354,6 +354,7 @@ type createOrderBody struct {
 	AmountCents    *int64     `json:"amount_cents"`
 	Currency       *string    `json:"currency"`
 	TimeoutSeconds *float64   `json:"timeout_seconds"`
+	ExpiresAt      *string    `json:"expires_at"`
 	ReservationID  *string    `json:"reservation_id"`
 }
 
@@ -376,9 +377,8 @@ func DecodeCreateOrder(body []byte) (lapse.CreateOrderRequest, error) {
 		}
 		r.ID = *b.ID
 	}
-	if b.Items == nil {
-		return r, badRequest("invalid_field", "items: required")
-	}
+	// items: required unless the order service owns the orders (the
+	// service decides; an absent list and an empty one are alike).
 	r.Items = make([]order.Item, len(b.Items))
 	for i, it := range b.Items {
 		if it.SKU == nil {
@@ -404,6 +404,16 @@ func DecodeCreateOrder(body []byte) (lapse.CreateOrderRequest, error) {
 			return r, badRequest("invalid_field", "reservation_id: must not be empty")
 		}
 		r.ReservationID = *b.ReservationID
+	}
+	if b.ExpiresAt != nil {
+		if b.TimeoutSeconds != nil {
+			return r, badRequest("invalid_field", "expires_at, timeout_seconds: send at most one of them")
+		}
+		at, err := time.Parse(time.RFC3339Nano, *b.ExpiresAt)
+		if err != nil {
+			return r, badRequest("invalid_field", "expires_at: want an RFC 3339 time such as 2030-01-02T03:04:05Z, got %s", echo(*b.ExpiresAt))
+		}
+		r.ExpiresAt = at
 	}
 	if b.TimeoutSeconds != nil {
 		s := *b.TimeoutSeconds

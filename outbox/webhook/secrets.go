@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
@@ -36,41 +37,54 @@ const maxSecretsFile = 64 << 10
 // be annotated. Every secret is checked as New does. Errors say which
 // secret or line is wrong and how, never what it holds.
 func ReadSecrets(flagValue, filePath string) ([]string, error) {
+	secrets, err := ReadSecretsOf("--webhook-secret", flagValue, filePath)
+	if err == nil && secrets == nil {
+		return nil, errors.New("a webhook sink needs a signing secret: set --webhook-secret or --webhook-secret-file")
+	}
+	return secrets, err
+}
+
+// ReadSecretsOf is ReadSecrets for the secret flag named flag (its file
+// flag is flag + "-file"): the order-service mode's secrets are read the
+// same way as the sink's. Neither given is (nil, nil): the caller says
+// what needs one.
+func ReadSecretsOf(flag, flagValue, filePath string) ([]string, error) {
+	fileFlag := flag + "-file"
 	switch {
 	case flagValue != "" && filePath != "":
-		return nil, errors.New("--webhook-secret and --webhook-secret-file are both set: give one")
+		return nil, fmt.Errorf("%s and %s are both set: give one", flag, fileFlag)
 	case flagValue != "":
 		secrets := strings.FieldsFunc(flagValue, func(r rune) bool { return r == ',' || isSpace(r) })
 		if len(secrets) == 0 {
-			return nil, errors.New("--webhook-secret: no secret, only separators")
+			return nil, fmt.Errorf("%s: no secret, only separators", flag)
 		}
 		for i, secret := range secrets {
 			if _, err := parseSecret(secret); err != nil {
-				return nil, fmt.Errorf("--webhook-secret: secret %d of %d: %w", i+1, len(secrets), err)
+				return nil, fmt.Errorf("%s: secret %d of %d: %w", flag, i+1, len(secrets), err)
 			}
 		}
 		if err := checkDistinct(secrets); err != nil {
-			return nil, fmt.Errorf("--webhook-secret: %w", err)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
 		return secrets, nil
 	case filePath != "":
-		return readSecretsFile(filePath)
+		return readSecretsFile(fileFlag, filePath)
 	}
-	return nil, errors.New("a webhook sink needs a signing secret: set --webhook-secret or --webhook-secret-file")
+	return nil, nil
 }
 
-func readSecretsFile(path string) ([]string, error) {
+func readSecretsFile(fileFlag, path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--webhook-secret-file: %w", err)
+		return nil, fmt.Errorf("%s: %w", fileFlag, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxSecretsFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("--webhook-secret-file %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", fileFlag, path, err)
 	}
 	if len(b) > maxSecretsFile {
-		return nil, fmt.Errorf("--webhook-secret-file %s: larger than %d KiB; want one secret per line", path, maxSecretsFile>>10)
+		return nil, fmt.Errorf("%s %s: larger than %d KiB; want one secret per line", fileFlag, path, maxSecretsFile>>10)
 	}
 	var secrets []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -82,23 +96,55 @@ func readSecretsFile(path string) ([]string, error) {
 		case len(fields) == 0:
 			continue
 		case len(fields) > 1:
-			return nil, fmt.Errorf("--webhook-secret-file %s line %d: %d words, want one secret per line", path, n, len(fields))
+			return nil, fmt.Errorf("%s %s line %d: %d words, want one secret per line", fileFlag, path, n, len(fields))
 		}
 		if _, err := parseSecret(fields[0]); err != nil {
-			return nil, fmt.Errorf("--webhook-secret-file %s line %d: %w", path, n, err)
+			return nil, fmt.Errorf("%s %s line %d: %w", fileFlag, path, n, err)
 		}
 		secrets = append(secrets, fields[0])
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--webhook-secret-file %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", fileFlag, path, err)
 	}
 	if len(secrets) == 0 {
-		return nil, fmt.Errorf("--webhook-secret-file %s: no secret (only blank lines and comments)", path)
+		return nil, fmt.Errorf("%s %s: no secret (only blank lines and comments)", fileFlag, path)
 	}
 	if err := checkDistinct(secrets); err != nil {
-		return nil, fmt.Errorf("--webhook-secret-file %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", fileFlag, path, err)
 	}
 	return secrets, nil
+}
+
+// Signer signs Standard Webhooks messages with every secret of a rotation:
+// a receiver that holds any one of them verifies the message.
+type Signer struct {
+	ws []*standardwebhooks.Webhook
+}
+
+// NewSigner checks secrets (whsec_…, distinct) and returns their signer.
+func NewSigner(secrets []string) (*Signer, error) {
+	ws, err := newSigners(secrets)
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) == 0 {
+		return nil, errors.New("no signing secret")
+	}
+	return &Signer{ws: ws}, nil
+}
+
+// Sign returns the webhook-signature header of a message: one v1
+// signature per secret, separated by spaces.
+func (s *Signer) Sign(id string, ts time.Time, body []byte) (string, error) {
+	sigs := make([]string, len(s.ws))
+	for i, w := range s.ws {
+		sig, err := w.Sign(id, ts, body)
+		if err != nil {
+			return "", err
+		}
+		sigs[i] = sig
+	}
+	return strings.Join(sigs, " "), nil
 }
 
 // newSigners checks secrets and returns a signer for each.

@@ -136,7 +136,7 @@ type Sink struct {
 	target      string // the URL requests go to, query included
 	display     string // scheme://host/path: what errors and Name show
 	query       string // the digest of the query that Name shows (queryDigest)
-	signers     []*standardwebhooks.Webhook
+	signer      *Signer
 	client      *http.Client
 	ownClient   bool // the transport is ours to close
 	format      outbox.Format
@@ -160,7 +160,7 @@ func New(cfg Config) (*Sink, error) {
 	if len(cfg.Secrets) == 0 {
 		return nil, fmt.Errorf("webhook %s: no secret: lapse signs every webhook, give one with --webhook-secret or --webhook-secret-file", display)
 	}
-	signers, err := newSigners(cfg.Secrets)
+	signer, err := NewSigner(cfg.Secrets)
 	if err != nil {
 		return nil, fmt.Errorf("webhook %s: %w", display, err)
 	}
@@ -177,7 +177,7 @@ func New(cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("webhook %s: concurrency %d: want a positive number", display, cfg.Concurrency)
 	}
 	s := &Sink{
-		target: u.String(), display: display, query: queryDigest(u.RawQuery), signers: signers, format: format,
+		target: u.String(), display: display, query: queryDigest(u.RawQuery), signer: signer, format: format,
 		policy:      outbox.Policy{MaxAge: cmp.Or(cfg.MaxAge, DefaultMaxAge)},
 		timeout:     cmp.Or(cfg.Timeout, DefaultTimeout),
 		concurrency: cmp.Or(cfg.Concurrency, DefaultConcurrency),
@@ -336,15 +336,7 @@ func (s *Sink) deliver(ctx context.Context, e order.Event) error {
 
 // sign returns the webhook-signature header: one v1 signature per secret.
 func (s *Sink) sign(id string, ts time.Time, body []byte) (string, error) {
-	sigs := make([]string, len(s.signers))
-	for i, w := range s.signers {
-		sig, err := w.Sign(id, ts, body)
-		if err != nil {
-			return "", err
-		}
-		sigs[i] = sig
-	}
-	return strings.Join(sigs, " "), nil
+	return s.signer.Sign(id, ts, body)
 }
 
 // transportError classifies a request that got no answer: the end of ctx

@@ -1,0 +1,299 @@
+package ordersvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lapsehq/lapse/internal/drain"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Dispatcher sends the commands the store holds to the order service: claim
+// a batch with a lease, send each command, settle what the order service
+// answered — each answer's transition in the settle's transaction. Any
+// number of instances run one over the same store; a command is held by one
+// claim at a time, and a dispatcher that dies between sending and settling
+// leaves a lease that runs out, after which the command goes again with the
+// same id: the receiver answers it as before.
+//
+// A command the order service refuses (a 4xx other than 408, 409 and 429)
+// or answers not_found is DEAD at once: an operator looks at it (`lapse
+// commands list --dead`) and sends it again (`lapse commands retry`) or
+// purges it. One that fails otherwise is retried with jittered exponential
+// backoff, and is DEAD after MaxAttempts failures or MaxAge. An answer of
+// paying is not a failure: the command goes again after the answer's
+// retry_after_seconds (bounded by PayingMin and PayingMax), or PayingRetry.
+type Dispatcher struct {
+	Store  store.Commands
+	Client Client
+	DispatcherConfig
+
+	wakeOnce sync.Once
+	wake     chan struct{}
+}
+
+// DispatcherConfig tunes a Dispatcher; the zero value takes every default.
+type DispatcherConfig struct {
+	// Workers is how many batches an instance has in flight at once.
+	// Defaults to 2.
+	Workers int
+	// BatchSize is the most commands claimed at once; a batch's commands
+	// are sent concurrently. Defaults to 100.
+	BatchSize int
+	// Interval is how often an idle dispatcher looks for commands other
+	// instances committed (its own instance wakes it with Notify). Defaults
+	// to 200 ms.
+	Interval time.Duration
+	// Linger is how long a woken dispatcher waits for more commands to
+	// gather. Defaults to 1 ms.
+	Linger time.Duration
+	// Lease is how long a claim holds its commands; a batch's sends end
+	// within 4/5 of it. Defaults to 30 s.
+	Lease time.Duration
+	// SendTimeout bounds one command's round trip. Defaults to 10 s.
+	SendTimeout time.Duration
+	// MaxAttempts is how many failed sends make a command DEAD
+	// (--order-service-max-attempts). Defaults to 20.
+	MaxAttempts int
+	// MaxAge is how long a command may keep failing before it is DEAD,
+	// counted from when it was written or last retried
+	// (--order-service-max-age). Defaults to 24 h.
+	MaxAge time.Duration
+	// RetryBase and RetryMax bound the backoff of a failed command:
+	// RetryBase doubled per failure, up to RetryMax, ±20%. Defaults 500 ms
+	// and 5 minutes.
+	RetryBase, RetryMax time.Duration
+	// PayingRetry is when a command answered paying goes again when the
+	// answer names no retry_after_seconds; PayingMin and PayingMax bound
+	// the answer's. Defaults 30 s, 1 s and 1 h.
+	PayingRetry, PayingMin, PayingMax time.Duration
+	// StatsInterval is how often the backlog gauges are refreshed.
+	// Defaults to 5 s.
+	StatsInterval time.Duration
+	Logger        *slog.Logger
+	// Metrics, when set, receives the dispatcher's counters and gauges.
+	Metrics *Metrics
+	// OnSettled, when set, is called with each batch's settle (the
+	// service counts its transitions and runs what follows them).
+	OnSettled func(res store.SettleCommandsResult)
+}
+
+func (c *DispatcherConfig) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	def(&c.Interval, 200*time.Millisecond)
+	def(&c.Linger, time.Millisecond)
+	def(&c.Lease, 30*time.Second)
+	def(&c.SendTimeout, 10*time.Second)
+	def(&c.MaxAge, 24*time.Hour)
+	def(&c.RetryBase, 500*time.Millisecond)
+	def(&c.RetryMax, 5*time.Minute)
+	def(&c.PayingRetry, 30*time.Second)
+	def(&c.PayingMin, time.Second)
+	def(&c.PayingMax, time.Hour)
+	def(&c.StatsInterval, 5*time.Second)
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (d *Dispatcher) initWake() {
+	d.wakeOnce.Do(func() { d.wake = make(chan struct{}, 1) })
+}
+
+// Notify wakes the dispatcher: commands were just committed. It never blocks.
+func (d *Dispatcher) Notify() {
+	d.initWake()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches until ctx ends, then makes a last bounded pass.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if d.Store == nil || d.Client == nil {
+		return errors.New("ordersvc: a Dispatcher needs a Store and a Client")
+	}
+	d.setDefaults()
+	d.initWake()
+	loop := drain.Loop{
+		Batch: d.BatchSize, Interval: d.Interval, Linger: d.Linger, Wake: d.wake,
+		OnError: func(err error, retryIn time.Duration) {
+			d.Logger.Warn("ordersvc: dispatch pass failed; retrying", "err", err, "retry_in", retryIn)
+		},
+	}
+	var wg sync.WaitGroup
+	for range d.Workers {
+		wg.Go(func() { loop.Run(ctx, d.pass) })
+	}
+	if d.Metrics != nil {
+		wg.Go(func() { d.runStats(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// pass claims one batch, sends its commands concurrently and settles it.
+func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
+	start := time.Now()
+	cs, err := d.Store.ClaimCommands(ctx, store.ClaimTasksParams{Limit: d.BatchSize, Lease: d.Lease})
+	if err != nil || len(cs) == 0 {
+		return drain.Pass{}, err
+	}
+	// Send within the lease, measured from before the claim; a shutdown
+	// lets the batch in hand finish rather than abandoning it.
+	sctx, endSend := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.Lease*4/5))
+	defer endSend()
+	answers := make([]Answer, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			one, cancel := context.WithTimeout(sctx, d.SendTimeout)
+			defer cancel()
+			answers[i], errs[i] = d.Client.Send(one, DeliveryOf(c))
+		})
+	}
+	wg.Wait()
+
+	outcomes := make([]store.CommandOutcome, len(cs))
+	answered := 0
+	for i, c := range cs {
+		o := d.outcome(c, answers[i], errs[i])
+		outcomes[i] = o
+		switch {
+		case o.Dead:
+			d.Logger.Error("ordersvc: command is DEAD; an operator must look at it (lapse commands list --dead, lapse commands retry)",
+				"command_id", c.ID, "order_id", c.OrderID, "attempts", c.Attempts, "result", o.Result, "err", o.Error)
+		case o.Result != "":
+			answered++
+		}
+	}
+	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	res, err := d.Store.SettleCommands(settle, outcomes)
+	if err != nil {
+		// The answers go again when the lease runs out: the receiver
+		// answers each command id as before. A duplicate, never a loss.
+		return drain.Pass{Claimed: len(cs)}, fmt.Errorf("settle: %w", err)
+	}
+	if d.Metrics != nil {
+		d.Metrics.observe(cs, outcomes, res)
+	}
+	if d.OnSettled != nil {
+		d.OnSettled(res)
+	}
+	for _, cf := range res.Conflicts {
+		d.Logger.Error("ordersvc: the order service's answer contradicts lapse's record of the order; left as lapse has it",
+			"command_id", cf.CommandID, "order_id", cf.OrderID, "result", cf.Result, "status", cf.Status)
+	}
+	if failed := len(cs) - answered; failed > 0 {
+		d.Logger.Warn("ordersvc: commands not answered; retrying later", "failed", failed, "of", len(cs), "err", firstError(errs))
+	}
+	return drain.Pass{Claimed: len(cs), Failed: answered == 0}, nil
+}
+
+// DeliveryOf is the delivery of claimed command c: its body from its order
+// as the claim read it.
+func DeliveryOf(c store.ClaimedCommand) Delivery {
+	o := c.Order
+	attempts := make([]Attempt, len(o.Payments))
+	for i, p := range o.Payments {
+		attempts[i] = Attempt{PaymentID: p.PaymentID, Status: string(p.Status), AmountCents: p.AmountCents, Currency: p.Currency}
+	}
+	return Delivery{ID: c.ID, Attempt: c.Attempts, Command: Command{
+		Type: Type, OrderID: c.OrderID, Deadline: FormatTime(o.ExpiresAt), CancelAfter: FormatTime(c.CancelAfter),
+		AmountCents: o.AmountCents, Currency: o.Currency, Attempts: attempts, SchemaVersion: SchemaVersion,
+	}}
+}
+
+// outcome decides what becomes of c after the order service answered a
+// (err nil) or the send failed with err.
+func (d *Dispatcher) outcome(c store.ClaimedCommand, a Answer, err error) store.CommandOutcome {
+	o := store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts}
+	if err == nil {
+		o.Result = string(a.Result)
+		switch a.Result {
+		case NotFound:
+			o.Error = "the order service has no such order"
+			o.Dead = true
+		case Paying:
+			o.RetryIn = d.PayingRetry
+			if a.RetryAfterSeconds > 0 {
+				o.RetryIn = min(max(time.Duration(a.RetryAfterSeconds)*time.Second, d.PayingMin), d.PayingMax)
+			}
+		}
+		return o
+	}
+	o.Error = truncate(err.Error(), 1000)
+	if IsRefusal(err) {
+		o.Dead = true
+		return o
+	}
+	failures := c.Failures + 1
+	// The age on the store's clock, from when the command was written or
+	// retried to this claim.
+	age := c.ClaimedAt.Sub(c.Since)
+	o.Dead = failures >= d.MaxAttempts || age >= d.MaxAge
+	o.RetryIn = drain.Backoff(failures, d.RetryBase, d.RetryMax)
+	var serr *StatusError
+	if errors.As(err, &serr) && serr.RetryAfter > o.RetryIn {
+		o.RetryIn = serr.RetryAfter
+	}
+	return o
+}
+
+func (d *Dispatcher) runStats(ctx context.Context) {
+	for {
+		if st, err := d.Store.CommandStats(ctx); err == nil {
+			d.Metrics.setStats(st)
+		} else if ctx.Err() == nil {
+			d.Logger.Warn("ordersvc: reading command stats failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d.StatsInterval):
+		}
+	}
+}
+
+func firstError(errs []error) string {
+	for _, err := range errs {
+		if err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Status names used by the metrics for outcomes that are not a result.
+const (
+	outcomeFailed   = "failed"
+	outcomeDead     = "dead"
+	outcomeConflict = "conflict"
+)

@@ -1,0 +1,168 @@
+package ordersvc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/lapsehq/lapse/ordersvc"
+)
+
+const (
+	secretOld = "whsec_b2xkLXNlY3JldC1mb3ItbGFwc2UtdGVzdHMtMDEyMzQ1"
+	secretNew = "whsec_bmV3LXNlY3JldC1mb3ItbGFwc2UtdGVzdHMtMDEyMzQ1"
+)
+
+func delivery() ordersvc.Delivery {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	return ordersvc.Delivery{ID: ordersvc.CommandID("o-1", at), Attempt: 3, Command: ordersvc.Command{
+		Type: ordersvc.Type, OrderID: "o-1", Deadline: ordersvc.FormatTime(at.Add(-time.Minute)), CancelAfter: ordersvc.FormatTime(at),
+		AmountCents: 1200, Currency: "EUR", Attempts: []ordersvc.Attempt{}, SchemaVersion: ordersvc.SchemaVersion}}
+}
+
+func TestHTTPSendSignsWithEverySecretAndSetsTheHeaders(t *testing.T) {
+	d := delivery()
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, body = r.Header.Clone(), must(io.ReadAll(r.Body))
+		_, _ = io.WriteString(w, `{"result":"cancelled","command_id":"`+d.ID+`"}`)
+	}))
+	defer srv.Close()
+	c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL, Secrets: []string{secretNew, secretOld}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Send(context.Background(), d)
+	if err != nil || a.Result != ordersvc.Cancelled {
+		t.Fatalf("send: %+v, %v", a, err)
+	}
+	if got.Get("webhook-id") != d.ID || got.Get(ordersvc.HeaderAttempt) != "3" || got.Get(ordersvc.HeaderDeadline) != d.Command.Deadline {
+		t.Fatalf("headers %v", got)
+	}
+	// A receiver holding either secret of the rotation verifies it.
+	for _, secret := range []string{secretOld, secretNew} {
+		w, err := standardwebhooks.NewWebhook(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Verify(body, got); err != nil {
+			t.Errorf("a receiver with one of the secrets: %v", err)
+		}
+	}
+	if !strings.Contains(string(body), `"type":"order.cancel_if_pending"`) || !strings.Contains(string(body), `"schema_version":1`) {
+		t.Fatalf("body %s", body)
+	}
+}
+
+func TestHTTPSendClassifiesAnswers(t *testing.T) {
+	d := delivery()
+	cases := []struct {
+		name    string
+		status  int
+		header  string
+		body    string
+		want    ordersvc.Result
+		refusal bool // DEAD at once
+		retry   time.Duration
+	}{
+		{"a final answer", 200, "", `{"result":"already_paid"}`, ordersvc.AlreadyPaid, false, 0},
+		{"paying with a retry", 200, "", `{"result":"paying","retry_after_seconds":7}`, ordersvc.Paying, false, 0},
+		{"an unknown result is retried, never guessed", 200, "", `{"result":"ok"}`, "", false, 0},
+		{"an unreadable answer is retried", 200, "", `<html>`, "", false, 0},
+		{"an answer to another command is retried", 200, "", `{"result":"cancelled","command_id":"cmd_other"}`, "", false, 0},
+		{"204 without an answer is retried", 204, "", ``, "", false, 0},
+		{"503 is retried", 503, "", `down`, "", false, 0},
+		{"429 with Retry-After", 429, "12", ``, "", false, 12 * time.Second},
+		{"408 is retried", 408, "", ``, "", false, 0},
+		{"409 is retried", 409, "", ``, "", false, 0},
+		{"400 is refused for good", 400, "", `bad`, "", true, 0},
+		{"401 (a wrong secret) is refused for good", 401, "", ``, "", true, 0},
+		{"404 is refused for good", 404, "", ``, "", true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.header != "" {
+					w.Header().Set("Retry-After", tc.header)
+				}
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL, Secrets: []string{secretNew}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := c.Send(context.Background(), d)
+			switch {
+			case tc.want != "":
+				if err != nil || a.Result != tc.want {
+					t.Fatalf("got %+v, %v; want %s", a, err, tc.want)
+				}
+			case err == nil:
+				t.Fatalf("got %+v, want an error", a)
+			case ordersvc.IsRefusal(err) != tc.refusal:
+				t.Fatalf("%v: refusal %v, want %v", err, ordersvc.IsRefusal(err), tc.refusal)
+			}
+			var serr *ordersvc.StatusError
+			if tc.retry > 0 && (!errors.As(err, &serr) || serr.RetryAfter != tc.retry) {
+				t.Fatalf("%v: want Retry-After %s", err, tc.retry)
+			}
+		})
+	}
+}
+
+func TestHTTPSendTimesOut(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }))
+	defer srv.Close()
+	defer close(block)
+	c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL, Secrets: []string{secretNew}, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Send(context.Background(), delivery()); err == nil || ordersvc.IsRefusal(err) {
+		t.Fatalf("a receiver that never answers: %v, want a retryable error", err)
+	}
+}
+
+func TestNewHTTPRefusesBadConfig(t *testing.T) {
+	for _, cfg := range []ordersvc.HTTPConfig{
+		{URL: "ftp://shop/x", Secrets: []string{secretNew}},
+		{URL: "http://shop.example/x", Secrets: []string{secretNew}}, // clear text off loopback
+		{URL: "https://shop.example/x"},                               // no secret
+		{URL: "https://shop.example/x", Secrets: []string{"not-a-secret"}},
+	} {
+		if _, err := ordersvc.NewHTTP(cfg); err == nil {
+			t.Errorf("%+v: accepted", cfg)
+		} else if strings.Contains(err.Error(), "not-a-secret") {
+			t.Errorf("the error quotes the secret: %v", err)
+		}
+	}
+}
+
+func TestCommandIDIsStablePerOrderAndDeadline(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	a, b := ordersvc.CommandID("o-1", at), ordersvc.CommandID("o-1", at.In(time.FixedZone("x", 3600)))
+	if a != b || !strings.HasPrefix(a, "cmd_") || len(a) != 30 {
+		t.Fatalf("ids %q %q", a, b)
+	}
+	if ordersvc.CommandID("o-1", at.Add(time.Millisecond)) == a || ordersvc.CommandID("o-2", at) == a {
+		t.Fatal("another order or deadline gave the same id")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
