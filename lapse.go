@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lapsehq/lapse/inventory"
-	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/store"

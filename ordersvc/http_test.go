@@ -138,7 +138,7 @@ func TestNewHTTPRefusesBadConfig(t *testing.T) {
 	for _, cfg := range []ordersvc.HTTPConfig{
 		{URL: "ftp://shop/x", Secrets: []string{secretNew}},
 		{URL: "http://shop.example/x", Secrets: []string{secretNew}}, // clear text off loopback
-		{URL: "https://shop.example/x"},                               // no secret
+		{URL: "https://shop.example/x"},                              // no secret
 		{URL: "https://shop.example/x", Secrets: []string{"not-a-secret"}},
 	} {
 		if _, err := ordersvc.NewHTTP(cfg); err == nil {
