@@ -39,6 +39,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	sinkFl := addSinkFlags(fs)
 	invFl := addInventoryFlags(fs)
+	osFl := addOrderServiceFlags(fs)
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -100,6 +101,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := invFl.check(); err != nil {
 		return usage("%v", err)
 	}
+	if _, err := osFl.check(); err != nil {
+		return usage("%v", err)
+	}
+	if osFl.on() && invFl.remote() {
+		return usage("--order-service and --inventory %s: with an order service lapse holds no stock, local or remote", redact.URL(*invFl.url))
+	}
 	// Every URL-style flag is checked before anything is dialled: a value
 	// wrong in itself exits 2 (usage), a server that does not answer 1.
 	if err := checkStoreURL(*storeURL); err != nil {
@@ -128,6 +135,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeInventory()
+	closeOrderService, err := osFl.configure(ctx, &cfg, logger)
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer closeOrderService()
 	if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
 		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax
@@ -193,7 +205,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	used := svc.Config()
 	logger.Info("lapse serving", append(started, "grace", used.Grace, "default_timeout", used.DefaultTimeout,
-		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "sinks", sinkNames(sinks), "inventory", redact.URL(*invFl.url), "version", version)...)
+		"gateway", redact.URL(*gw.url), "auth", apiToken != "", "sinks", sinkNames(sinks), "inventory", redact.URL(*invFl.url), "order_service", redact.URL(*osFl.url), "version", version)...)
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)
