@@ -25,6 +25,7 @@ type orderServiceFlags struct {
 	maxAttempts *int
 	maxAge      *time.Duration
 	workers     *int
+	lease       *time.Duration
 }
 
 func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
@@ -41,6 +42,8 @@ func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
 			"for an operator's lapse commands retry (1 to 10000)"),
 		maxAge:  fs.Duration("order-service-max-age", 24*time.Hour, positive, "how long a command may keep failing before it is DEAD"),
 		workers: fs.Int("order-service-workers", 2, "batches of commands one instance sends at once (1 to 64)"),
+		lease: fs.Duration("order-service-lease", 30*time.Second, span{min: 100 * time.Millisecond}, "how long a claimed batch of commands is held by one instance: "+
+			"a command whose instance died between sending and recording the answer goes again after it (with the same id)"),
 	}
 }
 
@@ -87,7 +90,7 @@ func (f *orderServiceFlags) configure(_ context.Context, cfg *lapse.Config, logg
 	}
 	cfg.OrderService = c
 	cfg.Commands = ordersvc.DispatcherConfig{
-		MaxAttempts: *f.maxAttempts, MaxAge: *f.maxAge, Workers: *f.workers, SendTimeout: *f.timeout, Logger: logger,
+		MaxAttempts: *f.maxAttempts, MaxAge: *f.maxAge, Workers: *f.workers, SendTimeout: min(*f.timeout, *f.lease*4/5), Lease: *f.lease, Logger: logger,
 	}
 	return func() { c.Close() }, nil
 }
