@@ -4,12 +4,23 @@
 -- CANCELLING is an order whose deadline passed and whose cancel lapse has
 -- commanded: the order service's answer decides what it becomes. SQLite
 -- cannot alter a CHECK, so lapse_orders is built again with the new one, in
--- this migration's transaction: the old table is renamed aside — with
--- legacy_alter_table, so that the foreign keys of lapse_order_items and
--- lapse_payments keep naming lapse_orders — the new one is filled from it,
--- the old one dropped, and the indexes made again.
-PRAGMA legacy_alter_table = ON;
-ALTER TABLE lapse_orders RENAME TO lapse_orders_010;
+-- this migration's transaction.
+--
+-- The foreign keys of lapse_order_items and lapse_payments name lapse_orders
+-- and must go on naming it. Renaming the table aside would not do: the
+-- store's connections run with foreign_keys ON, under which SQLite rewrites
+-- every foreign key that names a renamed table (legacy_alter_table or not),
+-- so the children would follow the old table and lose their parent when it
+-- is dropped. foreign_keys cannot be turned off inside a transaction. So the
+-- rows are copied aside into a plain table no key names, lapse_orders is
+-- dropped and created again under its own name, and the rows go back. With
+-- defer_foreign_keys (which ends with the transaction) the drop's implicit
+-- delete counts the children it orphans instead of failing, and putting each
+-- order back counts its children found again: the count is back to zero at
+-- COMMIT, which would fail otherwise.
+PRAGMA defer_foreign_keys = ON;
+CREATE TABLE lapse_orders_before_011 AS SELECT * FROM lapse_orders;
+DROP TABLE lapse_orders;
 CREATE TABLE lapse_orders (
     id               TEXT    PRIMARY KEY,
     status           TEXT    NOT NULL CHECK (status IN ('PENDING', 'PAYING', 'PAID', 'CANCELLED', 'CANCELLING')),
@@ -31,9 +42,8 @@ INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expire
                           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id)
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM lapse_orders_010;
-DROP TABLE lapse_orders_010;
-PRAGMA legacy_alter_table = OFF;
+FROM lapse_orders_before_011;
+DROP TABLE lapse_orders_before_011;
 CREATE INDEX lapse_orders_status_cancel_after ON lapse_orders (status, cancel_after);
 CREATE INDEX lapse_orders_created ON lapse_orders (created_at, id);
 CREATE UNIQUE INDEX lapse_orders_reservation ON lapse_orders (reservation_id) WHERE reservation_id IS NOT NULL;
