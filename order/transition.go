@@ -57,9 +57,11 @@ func Transition(from Status, a Action) Effect {
 			return Effect{To: Paid, Changed: true}
 		case Paid:
 			return same // duplicate callback
-		case Cancelled:
-			// Money arrived for an order already cancelled: it stays cancelled and is flagged.
-			return Effect{To: Cancelled, Changed: true, RefundRequired: true}
+		case Cancelled, Cancelling:
+			// Money arrived for an order already cancelled, or whose cancel
+			// was commanded of the order service: it stays as it is (the
+			// order service's answer decides a CANCELLING one) and is flagged.
+			return Effect{To: from, Changed: true, RefundRequired: true}
 		}
 	case ActPaymentFailed:
 		switch from {
@@ -76,7 +78,8 @@ func Transition(from Status, a Action) Effect {
 		if from == Pending {
 			return Effect{To: Cancelled, Changed: true}
 		}
-		// PAYING is never cancelled blind; PAID and CANCELLED are final.
+		// PAYING is never cancelled blind; PAID and CANCELLED are final;
+		// CANCELLING waits for the order service's answer.
 		return same
 	}
 	return refused

@@ -201,6 +201,21 @@ func into(t testing.TB, s store.Store, id string, status order.Status) {
 	}
 }
 
+// intoCancelling drives a fresh order of order-service mode into
+// CANCELLING: its deadline passes and its cancel is commanded. The clock is
+// back at t0 afterwards.
+func intoCancelling(t testing.TB, s store.Store, clk *clock.Fake, id string) {
+	t.Helper()
+	clk.Set(get(t, s, id).CancelAfter)
+	defer clk.Set(t0)
+	if res := commandDue(t, s, id); len(res.Cancelled) != 1 {
+		t.Fatalf("drive %s into CANCELLING: %+v", id, res)
+	}
+	if got := get(t, s, id).Status; got != order.Cancelling {
+		t.Fatalf("drive %s into CANCELLING: got %s", id, got)
+	}
+}
+
 func testTransitionTable(t *testing.T, newStore Factory) {
 	clk := clock.NewFake(t0)
 	s := newStore(t, clk)
@@ -211,9 +226,16 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 				clk.Set(t0)
 				id := fmt.Sprintf("tt-%s-%s", from, a)
 				sk := "sku-" + id
-				Stock(t, s, 5, sk)
-				Create(t, s, id, sk)
-				into(t, s, id, from)
+				if from == order.Cancelling {
+					// Only order-service mode has it, and its orders hold no stock.
+					sk = ""
+					CreateCommanded(t, s, id)
+					intoCancelling(t, s, clk, id)
+				} else {
+					Stock(t, s, 5, sk)
+					Create(t, s, id, sk)
+					into(t, s, id, from)
+				}
 				before := get(t, s, id)
 				if a == order.ActTimeout {
 					clk.Set(before.CancelAfter) // the guard is cancel_after <= now
@@ -240,7 +262,7 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 					t.Fatalf("%s on %s: refund_required=%v, want %v", a, from, after.RefundRequired, want.RefundRequired)
 				}
 				switch {
-				case a == order.ActPaymentSucceeded && from == order.Cancelled && outcome != store.OutcomeRefundRequired,
+				case a == order.ActPaymentSucceeded && (from == order.Cancelled || from == order.Cancelling) && outcome != store.OutcomeRefundRequired,
 					a == order.ActPaymentSucceeded && (from == order.Pending || from == order.Paying) && outcome != store.OutcomePaid,
 					a == order.ActPaymentFailed && from == order.Paying && outcome != store.OutcomeFailed,
 					// A FAILED of the attempt that paid: a conflict, nothing changes.
@@ -260,12 +282,13 @@ func testTransitionTable(t *testing.T, newStore Factory) {
 						t.Fatalf("cancel reason %q at %v, want %q", after.CancelReason, after.CancelledAt, wantReason)
 					}
 				}
-				switch after.Status {
-				case order.Pending, order.Paying:
+				switch {
+				case sk == "":
+				case after.Status == order.Pending, after.Status == order.Paying:
 					wantSKU(t, s, sk, 4, 1, 0)
-				case order.Paid:
+				case after.Status == order.Paid:
 					wantSKU(t, s, sk, 4, 0, 1)
-				case order.Cancelled:
+				case after.Status == order.Cancelled:
 					wantSKU(t, s, sk, 5, 0, 0)
 				}
 				clk.Set(t0)
