@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/lapsehq/lapse/internal/clock"
+	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -214,9 +215,17 @@ func TestOrderCommandsMigrationRebuildsOrdersKeepingEveryRow(t *testing.T) {
 	}
 
 	// The store works on it: an old paid order is read with its items, a
-	// new one is created, and a second Migrate changes nothing.
+	// migrated due one is commanded, a new one is created, and a second
+	// Migrate changes nothing.
 	if got, err := s.GetOrder(ctx, "o-2"); err != nil || len(got.Items) != 1 || got.Status != "PAID" {
 		t.Errorf("a migrated order: %+v, %v", got, err)
+	}
+	res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"o-8"}, Command: true})
+	if err != nil || len(res.Cancelled) != 1 {
+		t.Errorf("command a migrated due order: %+v, %v", res, err)
+	}
+	if got, err := s.GetOrder(ctx, "o-8"); err != nil || got.Status != "CANCELLING" {
+		t.Errorf("the commanded order: %s, %v", got.Status, err)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		t.Errorf("a second migrate: %v", err)
