@@ -777,7 +777,9 @@ UPDATE lapse_orders SET version = version + 1,
 WHERE id = ? AND (status = 'CANCELLING' OR (status = 'PAYING' AND ? <> 'PAYING'));
 
 -- name: list_commands
--- Params: order id (twice), dead-only, cursor, limit. list_tasks's twin.
+-- Params: order id (twice), dead-only, cursor, limit. list_tasks's twin:
+-- without an order id, the commands not DONE (or DEAD ones only), through
+-- order_commands_open.
 SELECT id, order_id, cancel_after, status, attempts, failures, next_at, since,
        created_at, done_at, dead_at, result, last_error
 FROM lapse_order_commands

@@ -59,5 +59,7 @@ CREATE TABLE IF NOT EXISTS lapse_order_commands (
     PRIMARY KEY (id),
     KEY order_commands_order (order_id),
     KEY order_commands_due (status, next_at),
+    -- The listing of the commands not DONE (DONE rows are kept).
+    KEY order_commands_open (status, id),
     CHECK (status IN ('PENDING', 'DONE', 'DEAD'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
