@@ -59,8 +59,8 @@ func Transition(from Status, a Action) Effect {
 			return same // duplicate callback
 		case Cancelled, Cancelling:
 			// Money arrived for an order already cancelled, or whose cancel
-			// lapse has commanded of the order service (order-service mode):
-			// it stays as it is and is flagged.
+			// was commanded of the order service: it stays as it is (the
+			// order service's answer decides a CANCELLING one) and is flagged.
 			return Effect{To: from, Changed: true, RefundRequired: true}
 		}
 	case ActPaymentFailed:

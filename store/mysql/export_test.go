@@ -50,3 +50,9 @@ const legacyTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at DATETIME(3)  NOT NULL,
     PRIMARY KEY (version)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`
+
+// MigrateFS is Migrate with the migrations taken from dir of fsys: the tests
+// stop a database below a version.
+func (s *Store) MigrateFS(ctx context.Context, fsys fs.FS, dir string) error {
+	return s.migrate(ctx, fsys, dir, files, "migrations/legacy")
+}

@@ -307,6 +307,15 @@ func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (or
 // to cancel (in id order, so batches sharing orders queue rather than
 // deadlock), then cancel them.
 func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
+	locked, err := e.lockDue(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return e.moveLocked(ctx, "cancel_due", []any{a.Now}, a.Now, locked, a.Confirmed)
+}
+
+// lockDue locks the orders of a batch that are due (lock_due), in id order.
+func (e executor) lockDue(ctx context.Context, a core.CancelArgs) ([]string, error) {
 	var locked []string
 	for _, chunk := range chunks(a.IDs) {
 		ids, err := e.queryIDs(ctx, each(q.Get("lock_due"), len(chunk)),
@@ -316,25 +325,36 @@ func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Ord
 		}
 		locked = append(locked, ids...)
 	}
-	return e.cancelLocked(ctx, a.Now, locked, a.Confirmed)
+	return locked, nil
 }
 
 // ClaimDue implements core.Executor: lock up to a.Limit due orders no other
 // transaction holds, earliest first, then cancel them.
 func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order, error) {
+	locked, err := e.claimDue(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return e.moveLocked(ctx, "cancel_due", []any{a.Now}, a.Now, locked, false)
+}
+
+// claimDue locks up to a.Limit due orders no other transaction holds
+// (claim_due), earliest first.
+func (e executor) claimDue(ctx context.Context, a core.ClaimArgs) ([]string, error) {
 	locked, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim due orders: %w", err)
 	}
-	return e.cancelLocked(ctx, a.Now, locked, false)
+	return locked, nil
 }
 
-// cancelLocked cancels the orders ids, which this transaction holds locked
-// and found due, and reads them back, in the order of ids.
-func (e executor) cancelLocked(ctx context.Context, now time.Time, ids []string, confirmed bool) ([]order.Order, error) {
+// moveLocked runs the transition named (cancel_due, command_due: params
+// lead, the ids, now, confirmed) on the orders ids, which this transaction
+// holds locked and found due, and reads them back, in the order of ids.
+func (e executor) moveLocked(ctx context.Context, name string, lead []any, now time.Time, ids []string, confirmed bool) ([]order.Order, error) {
 	var n int64
 	for _, chunk := range chunks(ids) {
-		k, err := e.affected(ctx, each(q.Get("cancel_due"), len(chunk)), args([]any{now}, chunk, now, confirmed)...)
+		k, err := e.affected(ctx, each(q.Get(name), len(chunk)), args(lead, chunk, now, confirmed)...)
 		if err != nil {
 			return nil, err
 		}

@@ -710,3 +710,103 @@ SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ? ORDER BY sku L
 -- name: first_migration
 -- When the lowest version recorded was applied: the store's identity (store.Identified).
 SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1;
+
+-- Order-service mode (store/core/commands.go, docs/order-service.md). The
+-- columns every command query returns: id, order_id, cancel_after, status,
+-- attempts, failures, next_at, since, created_at, done_at, dead_at, result,
+-- last_error.
+
+-- name: command_due
+-- cancel_due's twin, step 2 after lock_due (a batch) or claim_due (claim
+-- mode): exactly the locked orders move to CANCELLING, their cancel
+-- commanded of the order service. Params: the ids, now, confirmed (false for
+-- a claim). The same guards as cancel_due; its affected-row count must equal
+-- the number of locked orders, which are then read back (get_orders).
+UPDATE lapse_orders SET status = 'CANCELLING', version = version + 1
+WHERE id IN (/*each*/?) AND cancel_after <= ?
+  AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'));
+
+-- name: insert_commands
+-- Params: (id, order id, cancel_after, now, now, now) per command: PENDING,
+-- due now. The same order and deadline again (a retried transaction) keeps
+-- the row it has: the no-op update, not INSERT IGNORE, which would also let
+-- an over-long value through truncated.
+INSERT INTO lapse_order_commands (id, order_id, cancel_after, next_at, since, created_at, last_error)
+VALUES /*each*/(?, ?, ?, ?, ?, ?, '')
+ON DUPLICATE KEY UPDATE id = id;
+
+-- name: claim_commands_select
+-- Params: now, limit. claim_tasks_select's twin: walks order_commands_due
+-- (status, next_at) from the earliest due row, skipping rows other claims hold.
+SELECT id FROM lapse_order_commands FORCE INDEX (order_commands_due)
+WHERE status = 'PENDING' AND next_at <= ?
+ORDER BY next_at LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_commands_lease
+-- Params: lease until, the ids.
+UPDATE lapse_order_commands SET next_at = ?, attempts = attempts + 1 WHERE id IN (/*each*/?);
+
+-- name: commands_by_id
+-- Params: the ids.
+SELECT id, order_id, cancel_after, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM lapse_order_commands WHERE id IN (/*each*/?) ORDER BY next_at, id;
+
+-- name: settle_command
+-- Params: status, next_at, result, error, 1 when it counts as a failure,
+-- status, now, status, now, id, the claim's attempts (see the PostgreSQL
+-- driver).
+UPDATE lapse_order_commands SET status = ?, next_at = ?, result = ?, last_error = ?,
+    failures = failures + ?,
+    done_at = CASE WHEN ? = 'DONE' THEN ? END,
+    dead_at = CASE WHEN ? = 'DEAD' THEN ? END
+WHERE id = ? AND attempts = ? AND status = 'PENDING';
+
+-- name: resolve_commanded
+-- The transition an answer decides. Params: the status it becomes, now,
+-- the status (twice), now, the status, id, the status. CANCELLED and PAID
+-- come from CANCELLING or PAYING (paying was answered before); PAYING from
+-- CANCELLING only. (MySQL assigns left to right: status goes last, so that
+-- no assignment could read the new one.)
+UPDATE lapse_orders SET version = version + 1,
+    cancelled_at = IF(? = 'CANCELLED', ?, cancelled_at),
+    cancel_reason = IF(? = 'CANCELLED', 'timeout', cancel_reason),
+    paid_at = IF(? = 'PAID', ?, paid_at),
+    status = ?
+WHERE id = ? AND (status = 'CANCELLING' OR (status = 'PAYING' AND ? <> 'PAYING'));
+
+-- name: list_commands
+-- Params: order id (twice), dead-only, cursor, limit. list_tasks's twin:
+-- without an order id, the commands not DONE (or DEAD ones only), through
+-- order_commands_open.
+SELECT id, order_id, cancel_after, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM lapse_order_commands
+WHERE (CASE WHEN ? <> '' THEN order_id = ?
+            WHEN ? THEN status = 'DEAD'
+            ELSE status IN ('PENDING', 'DEAD') END)
+  AND id > ?
+ORDER BY id LIMIT ?;
+
+-- name: retry_dead_commands
+-- Params: now (twice).
+UPDATE lapse_order_commands SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD';
+
+-- name: retry_commands
+-- Params: now (twice), the ids.
+UPDATE lapse_order_commands SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND id IN (/*each*/?);
+
+-- name: purge_dead_commands
+DELETE FROM lapse_order_commands WHERE status = 'DEAD';
+
+-- name: purge_commands
+-- Params: the ids.
+DELETE FROM lapse_order_commands WHERE status = 'DEAD' AND id IN (/*each*/?);
+
+-- name: command_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM lapse_order_commands WHERE status IN ('PENDING', 'DEAD');

@@ -511,3 +511,97 @@ SELECT sku, available, locked, sold FROM lapse_skus WHERE sku > ?1 ORDER BY sku 
 -- name: first_migration
 -- When the lowest version recorded was applied: the store's identity (store.Identified).
 SELECT applied_at FROM lapse_schema_migrations ORDER BY version LIMIT 1;
+
+-- Order-service mode (store/core/commands.go, docs/order-service.md). The
+-- columns every command query returns: id, order_id, cancel_after, status,
+-- attempts, failures, next_at, since, created_at, done_at, dead_at, result,
+-- last_error.
+
+-- name: command_due
+-- cancel_due's twin: the due orders of the batch move to CANCELLING, their
+-- cancel commanded of the order service. ?1 now, ?2 JSON array of ids, ?3
+-- and ?4 as cancel_due's.
+UPDATE lapse_orders SET status = 'CANCELLING', version = version + 1
+WHERE id IN (SELECT value FROM json_each(?2))
+  AND cancel_after <= ?1
+  AND (status = 'PENDING' OR (?4 = 1 AND status = 'PAYING'))
+  AND (?3 = 0 OR ?4 = 1 OR payment_attempts = 0)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: claim_command_due
+-- claim_due's twin (the same walk of lapse_orders_status_cancel_after; one
+-- writer: no SKIP LOCKED). ?1 now, ?2 now - lag, ?3 batch size, ?4 1 to
+-- leave attempted orders alone.
+UPDATE lapse_orders SET status = 'CANCELLING', version = version + 1
+WHERE id IN (SELECT id FROM lapse_orders
+             WHERE status = 'PENDING' AND cancel_after <= ?2 AND cancel_after <= ?1 -- never before cancel_after, whatever ?2 says
+               AND (?4 = 0 OR payment_attempts = 0)
+             ORDER BY cancel_after LIMIT ?3)
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: insert_commands
+-- ?1 now, ?2 a JSON array of {"id","order_id","cancel_after"}: PENDING, due
+-- now. The same order and deadline again (a retried transaction) keeps the
+-- row it has.
+INSERT INTO lapse_order_commands (id, order_id, cancel_after, next_at, since, created_at)
+SELECT value ->> 'id', value ->> 'order_id', value ->> 'cancel_after', ?1, ?1, ?1
+FROM json_each(?2)
+WHERE true ON CONFLICT (id) DO NOTHING;
+
+-- name: claim_commands
+-- claim_tasks's twin, through lapse_order_commands_due. ?1 now, ?2 the
+-- lease's end, ?3 batch size. One writer: no row is held by another claim.
+UPDATE lapse_order_commands SET next_at = ?2, attempts = attempts + 1
+WHERE id IN (SELECT id FROM lapse_order_commands WHERE status = 'PENDING' AND next_at <= ?1 ORDER BY next_at LIMIT ?3)
+RETURNING id, order_id, cancel_after, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, result, last_error;
+
+-- name: settle_command
+-- ?1 id, ?2 the claim's attempts, ?3 the new status, ?4 now, ?5 when it is
+-- due again, ?6 the answer, ?7 the error, ?8 1 when it counts as a failure.
+UPDATE lapse_order_commands SET status = ?3, next_at = ?5, result = ?6, last_error = ?7,
+    failures = failures + ?8,
+    done_at = CASE WHEN ?3 = 'DONE' THEN ?4 END,
+    dead_at = CASE WHEN ?3 = 'DEAD' THEN ?4 END
+WHERE id = ?1 AND attempts = ?2 AND status = 'PENDING';
+
+-- name: resolve_commanded
+-- The transition an answer decides: ?1 id, ?2 the status it becomes, ?3 now.
+-- CANCELLED and PAID come from CANCELLING or PAYING (paying was answered
+-- before); PAYING from CANCELLING only.
+UPDATE lapse_orders SET status = ?2, version = version + 1,
+    cancelled_at = CASE WHEN ?2 = 'CANCELLED' THEN ?3 ELSE cancelled_at END,
+    cancel_reason = CASE WHEN ?2 = 'CANCELLED' THEN 'timeout' ELSE cancel_reason END,
+    paid_at = CASE WHEN ?2 = 'PAID' THEN ?3 ELSE paid_at END
+WHERE id = ?1 AND (status = 'CANCELLING' OR (status = 'PAYING' AND ?2 <> 'PAYING'))
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: list_commands
+-- list_tasks's twin: ?1 1 for DEAD only, ?2 an order id ('' for any: the
+-- commands not DONE), ?3 the cursor, ?4 limit.
+SELECT id, order_id, cancel_after, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, result, last_error
+FROM lapse_order_commands
+WHERE CASE WHEN ?2 <> '' THEN order_id = ?2
+           WHEN ?1 THEN status = 'DEAD'
+           ELSE status <> 'DONE' END
+  AND id > ?3
+ORDER BY id
+LIMIT ?4;
+
+-- name: retry_commands
+-- ?1 now, ?2 a JSON array of ids, ?3 1 for every DEAD command.
+UPDATE lapse_order_commands SET status = 'PENDING', next_at = ?1, since = ?1, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND (?3 OR id IN (SELECT value FROM json_each(?2)));
+
+-- name: purge_commands
+-- ?1 a JSON array of ids, ?2 1 for every DEAD command.
+DELETE FROM lapse_order_commands WHERE status = 'DEAD' AND (?2 OR id IN (SELECT value FROM json_each(?1)));
+
+-- name: command_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM lapse_order_commands WHERE status <> 'DONE';

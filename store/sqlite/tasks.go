@@ -101,11 +101,7 @@ func (e executor) TaskRefs(ctx context.Context, after string, limit int) ([]stor
 
 // RetryTasks implements core.Executor.
 func (e executor) RetryTasks(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error) {
-	ids := p.IDs
-	if ids == nil {
-		ids = []string{}
-	}
-	return e.exec(ctx, "retry_tasks", ms(now), jsonArray(ids), p.AllDead)
+	return e.exec(ctx, "retry_tasks", ms(now), jsonArray(idList(p.IDs)), p.AllDead)
 }
 
 // TaskStats implements core.Executor.

@@ -7,13 +7,20 @@
 -- CANCELLING is an order whose cancel lapse has commanded: the order
 -- service's answer decides what it becomes. The status CHECK is unnamed
 -- (MariaDB names it CONSTRAINT_n, MySQL 8 lapse_orders_chk_n): found by
--- its clause, dropped, and added again under a name.
-SET @lapse_check = (SELECT tc.CONSTRAINT_NAME
-  FROM information_schema.TABLE_CONSTRAINTS tc
-  JOIN information_schema.CHECK_CONSTRAINTS cc
-    ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
-  WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'lapse_orders' AND tc.CONSTRAINT_TYPE = 'CHECK'
-    AND cc.CHECK_CLAUSE LIKE '%PAYING%'
+-- its clause, dropped, and added again under a name (on a re-run, the named
+-- one is found, dropped and added again).
+--
+-- NATURAL JOIN, on purpose: MariaDB numbers unnamed CHECKs per table, so
+-- another table's CONSTRAINT_2 (a shop's, whose clause may name PAYING too)
+-- shares its name with lapse_orders' amount check, and only TABLE_NAME,
+-- which MariaDB's CHECK_CONSTRAINTS has, tells them apart; MySQL 8's has no
+-- TABLE_NAME and needs none (its CHECK names are unique in a database). The
+-- columns the two views share are the join's condition on either server.
+SET @lapse_check = (SELECT CONSTRAINT_NAME
+  FROM information_schema.TABLE_CONSTRAINTS
+  NATURAL JOIN information_schema.CHECK_CONSTRAINTS
+  WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'lapse_orders'
+    AND CONSTRAINT_TYPE = 'CHECK' AND CHECK_CLAUSE LIKE '%PAYING%'
   LIMIT 1);
 
 -- name: drop_status_check_sql
@@ -52,5 +59,7 @@ CREATE TABLE IF NOT EXISTS lapse_order_commands (
     PRIMARY KEY (id),
     KEY order_commands_order (order_id),
     KEY order_commands_due (status, next_at),
+    -- The listing of the commands not DONE (DONE rows are kept).
+    KEY order_commands_open (status, id),
     CHECK (status IN ('PENDING', 'DONE', 'DEAD'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -4,13 +4,23 @@
 -- CANCELLING is an order whose deadline passed and whose cancel lapse has
 -- commanded: the order service's answer decides what it becomes. SQLite
 -- cannot alter a CHECK, so lapse_orders is built again with the new one, in
--- this migration's transaction, with foreign keys enforced (a transaction
--- cannot turn them off): the old table is renamed aside, which points the
--- foreign keys of lapse_order_items and lapse_payments at it; the new one is
--- filled from it; the two child tables are built again the same way, their
--- keys naming the new lapse_orders; then the old tables go, and every index
--- is made again.
-ALTER TABLE lapse_orders RENAME TO lapse_orders_old;
+-- this migration's transaction.
+--
+-- The foreign keys of lapse_order_items and lapse_payments name lapse_orders
+-- and must go on naming it. Renaming the table aside would not do: the
+-- store's connections run with foreign_keys ON, under which SQLite rewrites
+-- every foreign key that names a renamed table (legacy_alter_table or not),
+-- so the children would follow the old table and lose their parent when it
+-- is dropped. foreign_keys cannot be turned off inside a transaction. So the
+-- rows are copied aside into a plain table no key names, lapse_orders is
+-- dropped and created again under its own name, and the rows go back. With
+-- defer_foreign_keys (which ends with the transaction) the drop's implicit
+-- delete counts the children it orphans instead of failing, and putting each
+-- order back counts its children found again: the count is back to zero at
+-- COMMIT, which would fail otherwise.
+PRAGMA defer_foreign_keys = ON;
+CREATE TABLE lapse_orders_before_011 AS SELECT * FROM lapse_orders;
+DROP TABLE lapse_orders;
 CREATE TABLE lapse_orders (
     id               TEXT    PRIMARY KEY,
     status           TEXT    NOT NULL CHECK (status IN ('PENDING', 'PAYING', 'PAID', 'CANCELLED', 'CANCELLING')),
@@ -32,43 +42,14 @@ INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expire
                           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id)
 SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
        cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
-FROM lapse_orders_old;
-
-ALTER TABLE lapse_order_items RENAME TO lapse_order_items_old;
-CREATE TABLE lapse_order_items (
-    order_id TEXT    NOT NULL REFERENCES lapse_orders (id),
-    sku      TEXT    NOT NULL,
-    qty      INTEGER NOT NULL CHECK (qty > 0),
-    PRIMARY KEY (order_id, sku)
-);
-INSERT INTO lapse_order_items (order_id, sku, qty) SELECT order_id, sku, qty FROM lapse_order_items_old;
-DROP TABLE lapse_order_items_old;
-
-ALTER TABLE lapse_payments RENAME TO lapse_payments_old;
-CREATE TABLE lapse_payments (
-    order_id     TEXT    NOT NULL REFERENCES lapse_orders (id),
-    payment_id   TEXT    NOT NULL,
-    status       TEXT    NOT NULL CHECK (status IN ('PENDING', 'SUPERSEDED', 'FAILED', 'SUCCEEDED', 'REFUND_REQUIRED')),
-    amount_cents INTEGER NOT NULL DEFAULT 0,
-    created_at   INTEGER NOT NULL,
-    updated_at   INTEGER NOT NULL,
-    currency     TEXT    NOT NULL DEFAULT '',
-    conflicts    INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (order_id, payment_id)
-);
-INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, created_at, updated_at, currency, conflicts)
-SELECT order_id, payment_id, status, amount_cents, created_at, updated_at, currency, conflicts FROM lapse_payments_old;
-DROP TABLE lapse_payments_old;
-DROP TABLE lapse_orders_old;
-
+FROM lapse_orders_before_011;
+DROP TABLE lapse_orders_before_011;
 CREATE INDEX lapse_orders_status_cancel_after ON lapse_orders (status, cancel_after);
 CREATE INDEX lapse_orders_created ON lapse_orders (created_at, id);
 CREATE UNIQUE INDEX lapse_orders_reservation ON lapse_orders (reservation_id) WHERE reservation_id IS NOT NULL;
 CREATE INDEX lapse_orders_cancelled_at ON lapse_orders (cancelled_at) WHERE cancelled_at IS NOT NULL;
 CREATE INDEX lapse_orders_paid_at ON lapse_orders (paid_at) WHERE paid_at IS NOT NULL;
 CREATE INDEX lapse_orders_refund_required ON lapse_orders (id) WHERE refund_required <> 0;
-CREATE INDEX lapse_payments_refund_required ON lapse_payments (updated_at) WHERE status = 'REFUND_REQUIRED';
-CREATE UNIQUE INDEX lapse_payments_payment_id_unique ON lapse_payments (payment_id);
 
 -- One command per order and deadline (id: ordersvc.CommandID), the local
 -- message table of the commands (see the PostgreSQL migration).
