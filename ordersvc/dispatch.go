@@ -56,6 +56,11 @@ type DispatcherConfig struct {
 	Lease time.Duration
 	// SendTimeout bounds one command's round trip. Defaults to 10 s.
 	SendTimeout time.Duration
+	// Concurrency bounds the commands one batch has in flight at once: an
+	// order service is an application, not a queue, and a burst of due
+	// orders must not arrive as hundreds of simultaneous requests.
+	// Defaults to 16.
+	Concurrency int
 	// MaxAttempts is how many failed sends make a command DEAD
 	// (--order-service-max-attempts). Defaults to 20.
 	MaxAttempts int
@@ -93,6 +98,9 @@ func (c *DispatcherConfig) setDefaults() {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
 	}
 	def(&c.Interval, 200*time.Millisecond)
 	def(&c.Linger, time.Millisecond)
@@ -164,8 +172,11 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 	answers := make([]Answer, len(cs))
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, d.Concurrency)
 	for i, c := range cs {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			one, cancel := context.WithTimeout(sctx, d.SendTimeout)
 			defer cancel()
 			answers[i], errs[i] = d.Client.Send(one, DeliveryOf(c))

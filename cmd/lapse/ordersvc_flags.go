@@ -26,6 +26,8 @@ type orderServiceFlags struct {
 	maxAge      *time.Duration
 	workers     *int
 	lease       *time.Duration
+	retryMax    *time.Duration
+	concurrency *int
 }
 
 func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
@@ -40,8 +42,11 @@ func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
 		timeout:    fs.Duration("order-service-timeout", 10*time.Second, span{min: time.Millisecond}, "how long one command waits for the order service's answer before it is retried"),
 		maxAttempts: fs.Int("order-service-max-attempts", 20, "failed sends (no answer, 408, 409, 429, 5xx) after which a command is DEAD, "+
 			"for an operator's lapse commands retry (1 to 10000)"),
-		maxAge:  fs.Duration("order-service-max-age", 24*time.Hour, positive, "how long a command may keep failing before it is DEAD"),
-		workers: fs.Int("order-service-workers", 2, "batches of commands one instance sends at once (1 to 64)"),
+		maxAge:      fs.Duration("order-service-max-age", 24*time.Hour, positive, "how long a command may keep failing before it is DEAD"),
+		workers:     fs.Int("order-service-workers", 2, "batches of commands one instance sends at once (1 to 64)"),
+		concurrency: fs.Int("order-service-concurrency", 16, "commands one batch has in flight at once, toward the order service (1 to 1000)"),
+		retryMax: fs.Duration("order-service-retry-max", 5*time.Minute, span{min: 10 * time.Millisecond}, "the longest wait between two sends of a command that failed "+
+			"(the wait doubles from 500 ms per failure, ±20%, up to this)"),
 		lease: fs.Duration("order-service-lease", 30*time.Second, span{min: 100 * time.Millisecond}, "how long a claimed batch of commands is held by one instance: "+
 			"a command whose instance died between sending and recording the answer goes again after it (with the same id)"),
 	}
@@ -58,6 +63,9 @@ func (f *orderServiceFlags) check() ([]string, error) {
 	}
 	if *f.workers < 1 || *f.workers > 64 {
 		return nil, fmt.Errorf("--order-service-workers %d: want 1 to 64", *f.workers)
+	}
+	if *f.concurrency < 1 || *f.concurrency > 1000 {
+		return nil, fmt.Errorf("--order-service-concurrency %d: want 1 to 1000", *f.concurrency)
 	}
 	secrets, err := webhook.ReadSecretsOf("--order-service-secret", *f.secret, *f.secretFile)
 	if err != nil {
@@ -90,7 +98,8 @@ func (f *orderServiceFlags) configure(_ context.Context, cfg *lapse.Config, logg
 	}
 	cfg.OrderService = c
 	cfg.Commands = ordersvc.DispatcherConfig{
-		MaxAttempts: *f.maxAttempts, MaxAge: *f.maxAge, Workers: *f.workers, SendTimeout: min(*f.timeout, *f.lease*4/5), Lease: *f.lease, Logger: logger,
+		MaxAttempts: *f.maxAttempts, MaxAge: *f.maxAge, Workers: *f.workers, SendTimeout: min(*f.timeout, *f.lease*4/5), Lease: *f.lease, Concurrency: *f.concurrency,
+		RetryBase: min(500*time.Millisecond, *f.retryMax), RetryMax: *f.retryMax, Logger: logger,
 	}
 	return func() { c.Close() }, nil
 }
