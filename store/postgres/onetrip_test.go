@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -370,5 +371,43 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 			t.Fatalf("after %v: not yet %s", limit, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// In lapse's own transaction a lone create — every create with
+// create_group=1, and a create whose stock a remote inventory holds — is two
+// round trips: its BEGIN and its statement in one, then COMMIT. (Step by
+// step it was eight for an order of two items with an idempotency key —
+// BEGIN, the clock, the key, the order and its items, a reservation per SKU,
+// the ledger and event, COMMIT — and five for one of remote stock.)
+func TestLoneCreateIsTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lone := openURL(t, newSchema(t)+"&create_group=1", nil)
+	grouped, _ := open(t, nil)
+	for _, s := range []*postgres.Store{lone, grouped} {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		storetest.Stock(t, s, 100, "a", "b")
+	}
+	for i := range 3 {
+		before := lone.RoundTrips()
+		p := createParams(fmt.Sprintf("o%d", i), fmt.Sprintf("k%d", i), order.Item{SKU: "a", Qty: 1}, order.Item{SKU: "b", Qty: 1})
+		if _, err := lone.CreateOrder(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if n := lone.RoundTrips() - before; n != 2 {
+			t.Errorf("a lone create of two items: %d round trips, want 2", n)
+		}
+		before = grouped.RoundTrips()
+		p = createParams(fmt.Sprintf("r%d", i), "", order.Item{SKU: "x", Qty: 1})
+		p.ReservationID = fmt.Sprintf("res-%d", i)
+		if _, err := grouped.CreateOrder(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if n := grouped.RoundTrips() - before; n != 2 {
+			t.Errorf("a create of remote stock: %d round trips, want 2", n)
+		}
 	}
 }
