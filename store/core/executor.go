@@ -343,6 +343,10 @@ type CreateArgs struct {
 	Now time.Time
 	// Guard: a savepoint first, for UndoCreate (a caller's transaction).
 	Guard bool
+	// Group: the create is a group of one, whose transaction holds up the
+	// groups queued behind it: its lock waits are bounded as a group's are
+	// (GroupExecutor.LockGroup), and a wait past the bound fails it.
+	Group bool
 	Key   Key // Key.Key "": none
 	// Order is the order to write: ID, Items (in SKU order), AmountCents,
 	// Currency, ReservationID. Its times are the statement's: created_at

@@ -51,6 +51,7 @@ func (s *Store) createSent(ctx context.Context, tx *Tx, ce CreateExecutor, p sto
 	if err != nil {
 		return store.CreateOrderResult{}, err
 	}
+	a.Group = tx.group
 	st, err := ce.SendCreate(ctx, a)
 	if err != nil {
 		return store.CreateOrderResult{}, undo(ctx, ce, a, fmt.Errorf("create in one round trip: %w", err))

@@ -102,6 +102,8 @@ type Tx struct {
 	// sent in one round trip (CreateExecutor) is undone to a savepoint when
 	// refused, so that the caller's transaction goes on.
 	guard bool
+	// group: the transaction of a group of one (group.go's one).
+	group bool
 }
 
 // Now is the transaction's "now": the configured clock's, or the

@@ -53,6 +53,9 @@ func (e executor) sendCreate(ctx context.Context, a core.CreateArgs) (core.Creat
 		Claimed: map[string]bool{}, Existing: map[string]bool{}, Available: make(map[string]int64, len(skus)),
 	}}
 	var b pgx.Batch
+	if a.Group {
+		b.Queue(q.Get("group_lock_wait"), groupLockWait)
+	}
 	if a.Guard {
 		b.Queue(q.Get("create_savepoint"))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lapsehq/lapse/internal/clock"
@@ -374,13 +375,14 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 	}
 }
 
-// In lapse's own transaction a lone create — every create with
-// create_group=1, and a create whose stock a remote inventory holds — is two
-// round trips: its BEGIN and its statement in one, then COMMIT. (Step by
-// step it was eight for an order of two items with an idempotency key —
-// BEGIN, the clock, the key, the order and its items, a reservation per SKU,
-// the ledger and event, COMMIT — and five for one of remote stock.)
-func TestLoneCreateIsTwoRoundTrips(t *testing.T) {
+// In lapse's own transaction a create alone is two round trips: its BEGIN
+// and its statement in one, then COMMIT — every create with create_group=1,
+// a create whose stock a remote inventory holds, and a group of one (light
+// load; the pipelined group took five). (Step by step a lone create was
+// eight for an order of two items with an idempotency key — BEGIN, the
+// clock, the key, the order and its items, a reservation per SKU, the ledger
+// and event, COMMIT — and five for one of remote stock.)
+func TestACreateAloneIsTwoRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	lone := openURL(t, newSchema(t)+"&create_group=1", nil)
@@ -391,23 +393,62 @@ func TestLoneCreateIsTwoRoundTrips(t *testing.T) {
 		}
 		storetest.Stock(t, s, 100, "a", "b")
 	}
-	for i := range 3 {
-		before := lone.RoundTrips()
-		p := createParams(fmt.Sprintf("o%d", i), fmt.Sprintf("k%d", i), order.Item{SKU: "a", Qty: 1}, order.Item{SKU: "b", Qty: 1})
-		if _, err := lone.CreateOrder(ctx, p); err != nil {
+	trips := func(s *postgres.Store, p store.CreateOrderParams) int64 {
+		t.Helper()
+		before := s.RoundTrips()
+		if _, err := s.CreateOrder(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if n := lone.RoundTrips() - before; n != 2 {
+		return s.RoundTrips() - before
+	}
+	for i := range 3 {
+		p := createParams(fmt.Sprintf("o%d", i), fmt.Sprintf("k%d", i), order.Item{SKU: "a", Qty: 1}, order.Item{SKU: "b", Qty: 1})
+		if n := trips(lone, p); n != 2 {
 			t.Errorf("a lone create of two items: %d round trips, want 2", n)
 		}
-		before = grouped.RoundTrips()
+		if n := trips(grouped, p); n != 2 {
+			t.Errorf("a group of one create of two items: %d round trips, want 2", n)
+		}
 		p = createParams(fmt.Sprintf("r%d", i), "", order.Item{SKU: "x", Qty: 1})
 		p.ReservationID = fmt.Sprintf("res-%d", i)
-		if _, err := grouped.CreateOrder(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if n := grouped.RoundTrips() - before; n != 2 {
+		if n := trips(grouped, p); n != 2 {
 			t.Errorf("a create of remote stock: %d round trips, want 2", n)
 		}
 	}
+	if groups, orders, fallbacks := grouped.GroupStats(); groups != 3 || orders != 3 || fallbacks != 0 {
+		t.Errorf("%d groups of %d orders, %d fallbacks: want 3 groups of one", groups, orders, fallbacks)
+	}
+	storetest.AuditOK(t, grouped)
+}
+
+// A group of one answers as a pipelined group does: a refusal is the
+// order's own (the group commits nothing), and an order the server refuses
+// (a CHECK constraint) sends the group down the lone path, which answers the
+// server's error.
+func TestGroupOfOneAnswersAsAGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, nil)
+	storetest.Stock(t, s, 1, "a")
+	p := createParams("o1", "k1", order.Item{SKU: "a", Qty: 2})
+	if _, err := s.CreateOrder(ctx, p); !errors.Is(err, store.ErrInsufficientStock) {
+		t.Fatalf("short: %v, want ErrInsufficientStock", err)
+	}
+	if groups, _, fallbacks := s.GroupStats(); groups != 1 || fallbacks != 0 {
+		t.Fatalf("%d groups, %d fallbacks: want the refusal decided in its group", groups, fallbacks)
+	}
+	bad := createParams("bad", "", order.Item{SKU: "a", Qty: 1})
+	bad.AmountCents = -1
+	var pe *pgconn.PgError
+	if _, err := s.CreateOrder(ctx, bad); !errors.As(err, &pe) || pe.Code != "23514" {
+		t.Fatalf("a negative amount: %v, want the server's check violation", err)
+	}
+	if _, _, fallbacks := s.GroupStats(); fallbacks != 1 {
+		t.Fatalf("%d fallbacks: want the refused group down the lone path", fallbacks)
+	}
+	p.Items[0].Qty = 1
+	if res, err := s.CreateOrder(ctx, p); err != nil || res.Replayed {
+		t.Fatalf("o1 with the stock there: %+v %v, want it created (its key given back)", res, err)
+	}
+	storetest.AuditOK(t, s)
 }
