@@ -276,6 +276,55 @@ func TestCreateOrderTxReplaysItsKey(t *testing.T) {
 	})
 }
 
+// A shop's pool may run its statements in any of pgx's modes (a pool behind
+// PgBouncer's transaction pooling runs without prepared statements): the
+// create's pipeline, its parameters (an interval, arrays, a NULL clock) and
+// its undo work in each.
+func TestCreateOrderTxInEveryQueryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pc, err := pgxpool.ParseConfig(newSchema(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			s, err := postgres.FromPool(pool, postgres.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			storetest.Stock(t, s, 1, "a")
+			tx := shopTx(t, pool, "s1")
+			res, err := s.CreateOrderTx(ctx, s.InTx(tx), createParams("o1", "k", order.Item{SKU: "a", Qty: 1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CreateOrderTx(ctx, s.InTx(tx), createParams("o2", "", order.Item{SKU: "a", Qty: 1})); !errors.Is(err, store.ErrInsufficientStock) {
+				t.Fatalf("o2: %v, want ErrInsufficientStock", err)
+			}
+			shopInsert(t, tx, "s2")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if o, err := s.GetOrder(ctx, "o1"); err != nil || !sameOrder(o, res.Order) {
+				t.Fatalf("o1: %+v %v, want %+v", o, err, res.Order)
+			}
+			storetest.AuditOK(t, s)
+		})
+	}
+}
+
 // What a create sent in one round trip writes is what it answers: the order
 // read back, its times on the one clock (the ledger's, the key's, the SKU's
 // updated_at and the event's all the order's created_at), and its event's
