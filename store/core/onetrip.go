@@ -20,6 +20,14 @@ package core
 // so the order written is exactly NewOrder(now). The event's payload, the
 // order as the API shows it, is encoded here at that millisecond and cut
 // around its three times, which the statement writes in order.TimeFormat.
+//
+// The trade-off: what the driver's statement holds besides its SQL is the
+// order of the steps — the lock order createIn's statements take one by
+// one: key, order, SKU rows in byte order — and the rendering of three
+// times in order.TimeFormat. No decision is in it: it never refuses, it
+// reports. TestCreateOrderTxWritesWhatItAnswers (store/postgres) holds its
+// rows and payload to createIn's byte for byte, and the conformance suite
+// runs it in callers' transactions, in groups of one and alone.
 
 import (
 	"bytes"
