@@ -47,9 +47,10 @@ type Verdict struct {
 // Admit decides, in arrival order, which creates of a group are created,
 // applying the checks of a lone create in the same order: the idempotency
 // key, then the order id, then the stock of each SKU in byte order (items of
-// ps are in SKU order). Each sees the stock the ones before it took, exactly
-// as one-by-one transactions committed in that order would. take is what the
-// accepted orders take per SKU.
+// ps are in SKU order; an order whose stock a remote inventory holds —
+// ReservationID set — takes none of lapse's). Each sees the stock the ones
+// before it took, exactly as one-by-one transactions committed in that order
+// would. take is what the accepted orders take per SKU.
 func Admit(ps []store.CreateOrderParams, st GroupState) (vs []Verdict, take map[string]int64) {
 	vs = make([]Verdict, len(ps))
 	take = map[string]int64{}
@@ -60,6 +61,9 @@ func Admit(ps []store.CreateOrderParams, st GroupState) (vs []Verdict, take map[
 		}
 		if st.Existing[p.ID] {
 			vs[i].Err = store.ErrOrderExists
+			continue
+		}
+		if p.ReservationID != "" {
 			continue
 		}
 		for _, it := range p.Items {

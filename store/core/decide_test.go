@@ -15,10 +15,19 @@ func params(id, key string, items ...order.Item) store.CreateOrderParams {
 	return store.CreateOrderParams{ID: id, IdempotencyKey: key, Items: store.ItemsBySKU(items)}
 }
 
+// remote is an order whose stock a remote inventory holds.
+func remote(id string, items ...order.Item) store.CreateOrderParams {
+	p := params(id, "", items...)
+	p.ReservationID = "res-" + id
+	return p
+}
+
 func item(sku string, qty int64) order.Item { return order.Item{SKU: sku, Qty: qty} }
 
 // Admit applies a lone create's checks in its order — key, id, stock by SKU
-// in byte order — each order seeing what the ones before it took.
+// in byte order — each order seeing what the ones before it took; an order
+// whose stock a remote inventory holds is not checked against lapse's, and
+// takes none of it.
 func TestAdmit(t *testing.T) {
 	st := GroupState{
 		Claimed:   map[string]bool{"k-mine": true},
@@ -33,6 +42,8 @@ func TestAdmit(t *testing.T) {
 		params("o4", "k-mine", item("a", 1)),          // takes the last a
 		params("o5", "", item("a", 1), item("zz", 1)), // a is gone: the first short SKU in byte order is named
 		params("taken", "", item("nope", 1)),          // exists beats short
+		remote("r1", item("a", 5), item("nope", 1)),   // a remote inventory holds its stock
+		remote("taken", item("a", 1)),                 // exists all the same
 	}
 	vs, take := Admit(ps, st)
 	want := []struct {
@@ -42,6 +53,7 @@ func TestAdmit(t *testing.T) {
 	}{
 		{}, {err: store.ErrInsufficientStock, sku: `"B"`}, {err: store.ErrOrderExists}, {alone: true},
 		{}, {err: store.ErrInsufficientStock, sku: `"a"`}, {err: store.ErrOrderExists},
+		{}, {err: store.ErrOrderExists},
 	}
 	for i, w := range want {
 		v := vs[i]

@@ -309,6 +309,73 @@ type GroupExecutor interface {
 	WriteGroup(ctx context.Context, a WriteGroupArgs) error
 }
 
+// CreateExecutor is an optional capability of an ExecutorTx: a lone create
+// in one round trip (PostgreSQL: one statement, led by a savepoint when
+// guarded) instead of one per step. The driver decides nothing: it writes the
+// create as if every check passed and reports what it found on the way
+// (CreateState); the core then applies createIn's checks, in createIn's
+// order, with Admit, and has the create undone when it refuses it
+// (onetrip.go). Every time the statement writes is its now plus an offset
+// the core computed, so the database's clock can be read by the statement
+// itself (the rule of DueClockExecutor).
+type CreateExecutor interface {
+	// SendCreate writes a's order in one round trip, in this order (the
+	// lock order of a create): the idempotency key (when another request
+	// holds it, waiting for that request first, nothing else is written);
+	// the order and its items, unless the order id is taken (then nothing
+	// more is written, and no error); with a.Reserve, the lock of the SKU
+	// rows in byte order, then the reservation of each SKU that has the
+	// units (the others are left as they are) and the reserve ledger rows;
+	// and the event. With a.Guard a savepoint leads the round trip, for
+	// UndoCreate.
+	SendCreate(ctx context.Context, a CreateArgs) (CreateState, error)
+	// UndoCreate rolls the transaction back to the savepoint of the last
+	// SendCreate with Guard, and releases it: what the create wrote and
+	// locked is gone, and the transaction goes on.
+	UndoCreate(ctx context.Context) error
+}
+
+// CreateArgs is one create for CreateExecutor.SendCreate.
+type CreateArgs struct {
+	// Now is the transaction's now; zero: the statement reads the
+	// database's clock (truncated to milliseconds), once, for every time it
+	// writes.
+	Now time.Time
+	// Guard: a savepoint first, for UndoCreate (a caller's transaction).
+	Guard bool
+	// Group: the create is a group of one, whose transaction holds up the
+	// groups queued behind it: its lock waits are bounded as a group's are
+	// (GroupExecutor.LockGroup), and a wait past the bound fails it.
+	Group bool
+	Key   Key // Key.Key "": none
+	// Order is the order to write: ID, Items (in SKU order), AmountCents,
+	// Currency, ReservationID. Its times are the statement's: created_at
+	// now, expires_at now + ExpiresIn, cancel_after now + CancelIn.
+	Order               order.Order
+	ExpiresIn, CancelIn time.Duration
+	// Reserve: lapse holds the order's stock (no ReservationID); its items'
+	// units are reserved and recorded in the ledger (MoveReserve).
+	Reserve bool
+	// Event is the order.created event, written at now; its Payload is
+	// left empty: PayloadParts holds it cut around the values of the
+	// order's created_at, expires_at and cancel_after, which the statement
+	// writes in order.TimeFormat:
+	// parts[0] created parts[1] expires parts[2] cancel_after parts[3].
+	Event        NewEvent
+	EventType    string
+	PayloadParts [4]string
+}
+
+// CreateState is what SendCreate found, for Admit: whether it took the key
+// (Claimed), whether the order id was taken (Existing: the order was not
+// written), and each locked SKU's available units before the reservation
+// (Available). Reserved is how many SKU rows the reservation changed.
+type CreateState struct {
+	Now time.Time // the statement's now
+	GroupState
+	Reserved int
+}
+
 // DueClockExecutor is an optional capability of an ExecutorTx: a timeout
 // cancel whose statement reads the database's clock itself and returns it
 // with the orders it cancelled — the clock folded into the UPDATE, one round

@@ -37,7 +37,7 @@ func (s *Store) joined(tx store.Tx) (*Tx, error) {
 	if !ok || ct == nil || ct.s != s {
 		return nil, fmt.Errorf("%w: the transaction was not bound to this store (its InTx)", store.ErrInvalid)
 	}
-	return &Tx{ExecutorTx: ct.etx, s: s}, nil
+	return &Tx{ExecutorTx: ct.etx, s: s, guard: true}, nil
 }
 
 // inCaller runs fn on the caller's transaction and classifies its error.

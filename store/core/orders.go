@@ -40,10 +40,17 @@ func (s *Store) createOne(ctx context.Context, p store.CreateOrderParams) (store
 }
 
 // createIn creates one order (items in SKU order) in tx; an error leaves tx
-// to be rolled back, or rolled back to a savepoint taken before. The checks
-// come in the order Admit applies them to a group: the idempotency key, the
-// order id, then the stock of each SKU in byte order.
+// to be rolled back, or rolled back to a savepoint taken before (in a
+// caller's transaction, a create sent in one round trip has undone itself
+// already). The checks come in the order Admit applies them to a group: the
+// idempotency key, the order id, then the stock of each SKU in byte order. A
+// driver that sends a whole create at once has Admit decide from what its
+// statement found (createSent); a create that may only replay takes the
+// steps below, which stop after the key.
 func (s *Store) createIn(ctx context.Context, tx *Tx, p store.CreateOrderParams) (store.CreateOrderResult, error) {
+	if ce, ok := tx.ExecutorTx.(CreateExecutor); ok && p.ReplayOnly == nil {
+		return s.createSent(ctx, tx, ce, p)
+	}
 	now, err := tx.Now(ctx)
 	if err != nil {
 		return store.CreateOrderResult{}, err

@@ -98,6 +98,12 @@ type Tx struct {
 	now time.Time
 	// atCommit, when set, is written with the COMMIT (EffectsCommitter).
 	atCommit *Effects
+	// guard: a caller's transaction, which lapse never rolls back: a create
+	// sent in one round trip (CreateExecutor) is undone to a savepoint when
+	// refused, so that the caller's transaction goes on.
+	guard bool
+	// group: the transaction of a group of one (group.go's one).
+	group bool
 }
 
 // Now is the transaction's "now": the configured clock's, or the

@@ -44,6 +44,14 @@ func FromPool(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // conflict and can be run again. tx must belong to the database the store
 // works on (the same schema).
 //
+// A create (CreateOrderTx) is one round trip: a savepoint
+// (lapse_create_order) and the create's one statement, pipelined. A create
+// lapse refuses (short of stock, the order id taken) or the server refuses
+// is rolled back to that savepoint in one more round trip; one its
+// idempotency key answers (a replay, or another request's key) writes
+// nothing. Either way nothing of it is left and the transaction goes on. The
+// savepoint stays until the transaction ends.
+//
 // Isolation: at READ COMMITTED (PostgreSQL's default) every transition is
 // its guarded UPDATE, as in lapse's own transactions. At REPEATABLE READ or
 // SERIALIZABLE a row another transaction changed since the caller's

@@ -83,6 +83,97 @@ SELECT $1, i.sku, i.qty FROM unnest($2::text[], $3::bigint[]) AS i (sku, qty);
 UPDATE lapse_skus SET available = available - $1, locked = locked + $1, updated_at = $3
 WHERE sku = $2 AND available >= $1;
 
+-- name: create_order
+-- A whole create in one statement (core.CreateExecutor, onetrip.go), written
+-- as if every check passed; the core decides from what it returns (core.Admit)
+-- and has a refused create undone. The steps run in a create's lock order,
+-- each gated on the one before (an uncorrelated EXISTS is an init plan, run
+-- before the step that holds it):
+--   clock    $1, the transaction's now, or the database's clock, read once
+--            (clock_timestamp() is volatile: the CTE is materialized);
+--   claim    the idempotency key $2 (hash $3), when given: a concurrent
+--            holder is waited for, and a key held makes every step below
+--            write nothing;
+--   ins      the order ($4 id, $5 amount, $6 currency, expires_at and
+--            cancel_after now + $7 and $8, $9 the remote reservation or ''):
+--            an id taken writes nothing, and nothing below either;
+--   held     with $12 (lapse holds the stock), the SKU rows $10 locked in
+--            byte order (COLLATE "C", as reserve_sku and lock_skus lock
+--            them) and their units before the reservation;
+--   reserve  the units $11 of each held SKU that has them (the ARRAY is an
+--            init plan: every row is locked in held's order before any is
+--            updated);
+--   items, ledger (with $12) and event ($13 id, $14 type, the payload $15
+--            with the order's three times put between its four parts, in
+--            order.TimeFormat), run at the end of the statement.
+-- One row: now, whether the key was taken, whether the order was written,
+-- the held SKUs and their units, and how many SKU rows were reserved.
+WITH clock AS MATERIALIZED (SELECT COALESCE($1::timestamptz, date_trunc('milliseconds', clock_timestamp())) AS now),
+claim AS (
+  INSERT INTO lapse_idempotency_keys (key, request_hash, order_id, created_at)
+  SELECT $2, $3, $4, now FROM clock WHERE $2::text <> ''
+  ON CONFLICT (key) DO NOTHING
+  RETURNING key
+),
+ins AS (
+  INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after, reservation_id)
+  SELECT $4, 'PENDING', $5, $6, now, now + $7::interval, now + $8::interval, NULLIF($9::text, '')
+  FROM clock
+  WHERE $2::text = '' OR EXISTS (SELECT FROM claim)
+  ON CONFLICT (id) DO NOTHING
+  RETURNING id, created_at, expires_at, cancel_after
+),
+held AS MATERIALIZED (
+  SELECT sku, available FROM lapse_skus
+  WHERE $12::boolean AND sku = ANY($10::text[]) AND EXISTS (SELECT FROM ins)
+  ORDER BY sku COLLATE "C"
+  FOR UPDATE
+),
+reserve AS (
+  UPDATE lapse_skus SET available = lapse_skus.available - d.qty, locked = lapse_skus.locked + d.qty,
+         updated_at = (SELECT now FROM clock)
+  FROM unnest($10::text[], $11::bigint[]) AS d (sku, qty)
+  WHERE lapse_skus.sku = d.sku AND lapse_skus.sku = ANY (ARRAY(SELECT sku FROM held))
+    AND lapse_skus.available >= d.qty
+  RETURNING lapse_skus.sku
+),
+items AS (
+  INSERT INTO lapse_order_items (order_id, sku, qty)
+  SELECT ins.id, i.sku, i.qty FROM ins, unnest($10::text[], $11::bigint[]) AS i (sku, qty)
+),
+ledger AS (
+  INSERT INTO lapse_stock_ledger (order_id, sku, action, qty, created_at)
+  SELECT ins.id, i.sku, 'reserve', i.qty, ins.created_at
+  FROM ins, unnest($10::text[], $11::bigint[]) AS i (sku, qty)
+  WHERE $12::boolean
+),
+event AS (
+  INSERT INTO lapse_outbox (event_id, type, order_id, payload, created_at)
+  SELECT $13::uuid, $14, ins.id,
+         (($15::text[])[1] || to_char(ins.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+       || ($15::text[])[2] || to_char(ins.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+       || ($15::text[])[3] || to_char(ins.cancel_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+       || ($15::text[])[4])::json,
+         ins.created_at
+  FROM ins
+)
+SELECT c.now, EXISTS (SELECT FROM claim), EXISTS (SELECT FROM ins),
+       ARRAY(SELECT sku FROM held), ARRAY(SELECT available FROM held), (SELECT count(*) FROM reserve)
+FROM clock AS c;
+
+-- name: create_savepoint
+-- Leads a create sent in one round trip into a caller's transaction, which
+-- lapse never rolls back: a refused create is undone to it (create_undo),
+-- and the caller's transaction goes on. A create that succeeds leaves it to
+-- end with the caller's transaction.
+SAVEPOINT lapse_create_order;
+
+-- name: create_undo
+ROLLBACK TO SAVEPOINT lapse_create_order;
+
+-- name: create_release
+RELEASE SAVEPOINT lapse_create_order;
+
 -- name: group_lock_wait
 -- Bounds every lock wait of a group's transaction ($1, e.g. '500ms'): a group
 -- that cannot get a row (a SKU another transaction holds) gives up with
