@@ -179,6 +179,26 @@ type TxOrders interface {
 	ExtendTx(ctx context.Context, tx Tx, p ExtendParams) (order.Order, error)
 }
 
+// DueListener is an optional capability of a Store, found by type
+// assertion: it hears the deadlines that transactions on its database set —
+// an order created, or its deadline moved, by any lapse instance or in a
+// caller's own transaction (CreateOrderTx, ExtendTx) — as they commit, and
+// never those of a transaction that rolls back. An instance whose timers
+// live in its own memory (or whose poller plans from the store) so learns
+// of orders another process created. store/postgres has it (LISTEN/NOTIFY);
+// on MySQL and SQLite the poller's plan, the sweep and lapse.Service.Wake
+// stand in for it.
+type DueListener interface {
+	// ListenDue listens until ctx ends (then nil) or its connection fails
+	// (the error: call it again after a pause). ready runs each time the
+	// listen holds: every deadline committed from then on reaches due, in
+	// commit order, at least once; one committed before it may not, so a
+	// caller plans again from the store after a failure. due may name an
+	// order that no longer needs a timer (paid or cancelled since): a timer
+	// is harmless.
+	ListenDue(ctx context.Context, ready func(), due func(key string, at time.Time)) error
+}
+
 // Hook events: the transitions an embedding service's hooks run in
 // (postgres.Hooks, mysql.Hooks), inside the transaction that makes them.
 const (

@@ -98,8 +98,9 @@ func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.
 
 // NewEffects describes the effects of a transition of os: the ledger and
 // counters of move for orders whose stock lapse holds, a stock task for
-// those whose stock a remote inventory holds, and one event of type typ per
-// order, its payload the order as the API shows it.
+// those whose stock a remote inventory holds, one event of type typ per
+// order, its payload the order as the API shows it, and for a create or an
+// extend the deadlines it sets (Effects.Due).
 func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effects, error) {
 	e := Effects{Now: now, Move: move, Type: typ}
 	local := os
@@ -125,6 +126,12 @@ func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effect
 	}
 	if e.Move == MoveRelease || e.Move == MoveCommit {
 		e.SKUs, e.Qtys = PerSKU(local)
+	}
+	if typ == order.EventCreated || typ == order.EventExtended {
+		e.Due = make([]store.Deadline, len(os))
+		for i, o := range os {
+			e.Due[i] = store.Deadline{OrderID: o.ID, CancelAfter: o.CancelAfter}
+		}
 	}
 	if typ != "" {
 		e.Events = make([]NewEvent, len(os))

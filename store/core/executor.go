@@ -438,6 +438,11 @@ type Effects struct {
 	Tasks []NewTask
 	// TasksDue is when the Tasks are first due; zero: Now.
 	TasksDue time.Time
+	// Due are the deadlines the transition sets (a create, an extend): a
+	// driver that tells other instances of a deadline at commit
+	// (store.DueListener) sends them with these statements, in no round trip
+	// of its own; any other ignores them.
+	Due []store.Deadline
 }
 
 // NewTask is one stock task to write, PENDING and due at once.

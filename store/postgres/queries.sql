@@ -192,6 +192,19 @@ SELECT e.id::uuid, $1, e.order_id, e.payload::json, $2
 FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e (id, order_id, payload, n)
 ORDER BY e.n;
 
+-- name: notify_due
+-- Tells every instance listening on this schema's channel (due_channel) of
+-- the deadlines a create or an extend sets: $1 the payloads, each lines of
+-- "<cancel_after in Unix ms> <order id>" (shorter than PostgreSQL's 8000
+-- bytes). The server queues them at COMMIT and drops them on ROLLBACK. It
+-- rides the pipeline of the transition's effects: no round trip of its own.
+SELECT pg_notify(left('lapse_due:' || current_schema(), 63), p) FROM unnest($1::text[]) AS p;
+
+-- name: due_channel
+-- The channel notify_due sends on: one per schema, so that lapse
+-- installations in several schemas of one database hear only their own.
+SELECT left('lapse_due:' || current_schema(), 63);
+
 -- name: start_payment
 -- $1 id, $2 now, $3 the attempt's payment id, or '' for "<id>-<n>" (n: the
 -- order's attempts so far + 1).
