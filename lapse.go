@@ -284,7 +284,7 @@ type Service struct {
 	burstUntil atomic.Int64
 
 	early     earlyBackoff   // early timers set again (clock.go)
-	hookTries tries          // orders whose OnCancelled hook failed, tried again with backoff
+	hookTries tries          // orders whose OnCancelled hook failed, when the store could not record it (recordHookFailure)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
 	remindSem chan struct{}
 }

@@ -40,14 +40,18 @@ func writeEffects(ctx context.Context, tx *Tx, e Effects) error {
 // effectsAtCommit is effects for a transaction's last write: a driver that
 // can (EffectsCommitter) sends them with the COMMIT, in one round trip; any
 // other writes them now. The caller runs no statement after it. why, when
-// set, goes into each event as cancel_detail.
-func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ, why string, os ...order.Order) error {
+// set, goes into each event as cancel_detail. held says the transaction ran
+// a hook for os and it held: their hook failure records go with it.
+func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ, why string, held bool, os ...order.Order) error {
 	if len(os) == 0 {
 		return nil
 	}
 	e, err := NewEffects(now, move, typ, os...)
 	if err != nil {
 		return err
+	}
+	if held {
+		e.HooksHeld = orderIDs(os)
 	}
 	if why != "" {
 		detail, _ := json.Marshal(why)

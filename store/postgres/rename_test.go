@@ -135,8 +135,8 @@ func TestMigrateRenamesAnEarlierLapseKeepingEveryRow(t *testing.T) {
 	var versions []int
 	rows, _ := conn.Query(ctx, `SELECT version FROM lapse_schema_migrations ORDER BY version`)
 	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || len(versions) != 9 || versions[8] != 9 {
-		t.Fatalf("versions after the rename: %v (%v), want 1-9", versions, err)
+	if err != nil || len(versions) < 9 || versions[8] != 9 || (len(versions) > 9 && versions[9] != 10) {
+		t.Fatalf("versions after the rename: %v (%v), want 1-9, then the later migrations", versions, err)
 	}
 	if id, err := s.Identity(ctx); err != nil || id != "postgres:"+firstApplied.UTC().Format(time.RFC3339Nano) {
 		t.Errorf("identity after the rename: %q (%v), want the first migration's time %v", id, err, firstApplied)
