@@ -148,3 +148,17 @@ func redactText(s string) string {
 	}
 	return strings.Join(words, " ")
 }
+
+// HookFailures returns up to limit PENDING orders whose OnCancelled hook
+// keeps failing (store.HookFailures), the oldest first failure first: the
+// audit's hook_failing warning, the dashboard's card and GET
+// /v1/hook-failures.
+func (s *Service) HookFailures(ctx context.Context, limit int) ([]store.HookFailure, error) {
+	if limit < 0 || limit > 500 {
+		return nil, invalid("limit", "must be between 1 and 500")
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	return s.store.ListHookFailures(ctx, limit)
+}
