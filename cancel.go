@@ -150,9 +150,8 @@ func redactText(s string) string {
 }
 
 // HookFailures returns up to limit PENDING orders whose OnCancelled hook
-// keeps failing (store.HookFailures), the oldest first failure first: the
-// audit's hook_failing warning, the dashboard's card and GET
-// /v1/hook-failures.
+// keeps failing (store.HookFailures), the oldest first failure first, as
+// the audit's hook_failing warning and the dashboard's page list them.
 func (s *Service) HookFailures(ctx context.Context, limit int) ([]store.HookFailure, error) {
 	if limit < 0 || limit > 500 {
 		return nil, invalid("limit", "must be between 1 and 500")
