@@ -94,14 +94,14 @@ func (s *Service) replan(ctx context.Context) {
 }
 
 // Wake sets the timer of order id from the store, as it is now: for a
-// PENDING or PAYING order, at its cancel_after; for any other, nothing. Call
-// it after committing a transaction that created the order (CreateOrderTx)
-// or moved its deadline (ExtendTx) when the store cannot tell the instances
-// itself — MySQL and SQLite (PostgreSQL's instances hear every commit) — and
-// the commit may come after the deadline: the timer CreateOrderTx set then
-// fired before the commit, found no order and did nothing, and without Wake
-// the fallback sweep cancels the order, late. It answers ErrNotFound when
-// there is no such order (a transaction rolled back).
+// PENDING or PAYING order, at its cancel_after; for any other, nothing. It
+// is for an instance that learns of an order another process committed by
+// other means than the store, where the store cannot tell it (MySQL,
+// SQLite: PostgreSQL's instances hear every commit, listen.go); without it
+// the instance finds the order at its poller's next plan or at its sweep.
+// The instance that created the order needs none: CreateOrderTx set its
+// timer. It answers ErrNotFound when there is no such order (a transaction
+// rolled back, or not committed yet).
 func (s *Service) Wake(ctx context.Context, id string) error {
 	o, err := s.store.GetOrder(ctx, id)
 	if err != nil {

@@ -2,6 +2,8 @@ package lapse_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store/mysql"
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -193,4 +196,73 @@ func schemaOf(t *testing.T, pool *pgxpool.Pool) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// On MySQL the store cannot tell other instances of a commit: an instance
+// whose memory timers were seeded before another process created an order
+// learns of it from Wake (or, later, its sweep, off here), and then cancels
+// it on time; an order it was not woken for stays PENDING past its
+// deadline. Wake of an order that does not exist is ErrNotFound.
+func TestWakeSetsTheTimerOfAnOrderAnotherProcessCreated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dc := testdb.MySQLDatabase(t)
+	dc.ParseTime, dc.ClientFoundRows = true, true
+	open := func() (*sql.DB, *mysql.Store) {
+		db, err := sql.Open("mysql", dc.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		st, err := mysql.FromDB(db, mysql.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, st
+	}
+	dbA, stA := open()
+	_, stB := open()
+	if err := stA.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Stock(t, stA, 10, "tee")
+	seeded := make(chan string, 4)
+	a := newService(t, lapse.Config{Store: stA, SweepInterval: -1})
+	b := newService(t, lapse.Config{Store: stB, SweepInterval: -1, Logger: slog.New(logSignal{want: "timers seeded", ch: seeded})})
+	start(t, b)
+	select {
+	case <-seeded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b never seeded its timers")
+	}
+	for _, id := range []string{"woken", "unwoken"} {
+		tx, err := dbA.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.CreateOrderTx(ctx, stA.InTx(tx), lapse.CreateOrderRequest{ID: id, Items: []order.Item{{SKU: "tee", Qty: 1}},
+			AmountCents: 100, Timeout: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Wake(ctx, "woken"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "woken cancelled", func() bool { return status(t, b, "woken") == order.Cancelled })
+	o, err := b.Get(ctx, "woken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late := o.CancelledAt.Sub(o.CancelAfter); late > time.Second {
+		t.Fatalf("woken cancelled %s after its deadline", late)
+	}
+	if got := status(t, b, "unwoken"); got != order.Pending {
+		t.Fatalf("unwoken is %s: b had no way to know of it", got)
+	}
+	if err := b.Wake(ctx, "nope"); !errors.Is(err, lapse.ErrNotFound) {
+		t.Fatalf("Wake of no order: %v, want ErrNotFound", err)
+	}
 }
