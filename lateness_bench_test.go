@@ -23,7 +23,9 @@ import (
 // `lapse bench --timers sql` runs), then embedded mode — each order a
 // shop's checkout (its own row and CreateOrderTx in one transaction) and
 // each cancel moving the shop's row in the same commit, by OnCancelled (a
-// statement per order) or OnCancelledMany (one per batch). The harness is
+// statement per order) or OnCancelledMany (one per batch), and the last
+// with the NOTIFY at commit disabled (postgres.Config.DisableDueNotify: the
+// sql timers do not need it). The harness is
 // `lapse bench`'s (package bench): open loop, orders created at --rate for
 // --duration, each due --timeout after its creation, lateness =
 // cancelled_at - cancel_after by the database's clock, then the audit.
@@ -32,9 +34,10 @@ import (
 //	LAPSE_TEST_POSTGRES=… LAPSE_BENCH_RATE=1000 LAPSE_BENCH_DURATION=30s \
 //	  go test -run '^$' -bench Lateness -benchtime 1x -timeout 30m .
 func BenchmarkLateness(b *testing.B) {
-	b.Run("service", func(b *testing.B) { benchLateness(b, "") })
-	b.Run("embedded/OnCancelled", func(b *testing.B) { benchLateness(b, "one") })
-	b.Run("embedded/OnCancelledMany", func(b *testing.B) { benchLateness(b, "many") })
+	b.Run("service", func(b *testing.B) { benchLateness(b, "", false) })
+	b.Run("embedded/OnCancelled", func(b *testing.B) { benchLateness(b, "one", false) })
+	b.Run("embedded/OnCancelledMany", func(b *testing.B) { benchLateness(b, "many", false) })
+	b.Run("embedded/OnCancelledMany/no-notify", func(b *testing.B) { benchLateness(b, "many", true) })
 }
 
 // latenessConfig is the run's workload, from the environment.
@@ -59,7 +62,7 @@ func latenessConfig(b *testing.B) bench.Config {
 	return cfg
 }
 
-func benchLateness(b *testing.B, hook string) {
+func benchLateness(b *testing.B, hook string, noNotify bool) {
 	ctx := context.Background()
 	u := testdb.PostgresSchema(b)
 	pc, err := pgxpool.ParseConfig(u)
@@ -75,7 +78,7 @@ func benchLateness(b *testing.B, hook string) {
 	var st *postgres.Store
 	var checkout bench.Checkout
 	if hook == "" {
-		st, err = postgres.Open(ctx, postgres.Config{URL: u})
+		st, err = postgres.Open(ctx, postgres.Config{URL: u, DisableDueNotify: noNotify})
 	} else {
 		if _, err := pool.Exec(ctx, "CREATE TABLE shop_orders (id text PRIMARY KEY, status text NOT NULL)"); err != nil {
 			b.Fatal(err)
@@ -96,7 +99,7 @@ func benchLateness(b *testing.B, hook string) {
 				return err
 			}
 		}
-		st, err = postgres.FromPool(pool, postgres.Config{Hooks: hooks})
+		st, err = postgres.FromPool(pool, postgres.Config{Hooks: hooks, DisableDueNotify: noNotify})
 		checkout = func(ctx context.Context, svc *lapse.Service, r lapse.CreateOrderRequest) (order.Order, error) {
 			tx, err := pool.Begin(ctx)
 			if err != nil {

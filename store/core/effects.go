@@ -26,7 +26,16 @@ func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, t
 	if err != nil {
 		return err
 	}
-	return writeEffects(ctx, tx, e)
+	return writeEffects(ctx, tx, s.told(e))
+}
+
+// told is e as this store writes it: without the deadlines to tell when
+// the store tells none (Config.TellDeadlines).
+func (s *Store) told(e Effects) Effects {
+	if !s.tellDue {
+		e.Due = nil
+	}
+	return e
 }
 
 // writeEffects writes e now.

@@ -224,3 +224,28 @@ func TestNoticesPackDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// A store with DisableDueNotify tells no one of its deadlines: its create
+// is never heard, though a create of another store on the same schema,
+// committed after it, is.
+func TestDisableDueNotifyTellsNoOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, u := open(t, clock.Real{})
+	quiet, err := postgres.Open(ctx, postgres.Config{URL: u, MaxConns: 2, DisableDueNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { quiet.Close() })
+	storetest.Stock(t, s, 10, "tee")
+	h := listen(t, s)
+	storetest.Create(t, quiet, "quiet", "tee")
+	if _, err := quiet.Extend(ctx, store.ExtendParams{OrderID: "quiet", ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Create(t, s, "told", "tee")
+	h.waitHeard(t, "told")
+	if got := h.of("quiet"); len(got) != 0 {
+		t.Fatalf("a store with DisableDueNotify was heard: %v", got)
+	}
+}
