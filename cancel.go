@@ -2,10 +2,12 @@ package lapse
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
 )
@@ -68,9 +70,9 @@ func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (sto
 		// The batch committed without it: the order is still due, tried
 		// again with backoff, its own lateness growing.
 		s.metrics.hookFailures.WithLabelValues(he.Event).Inc()
-		retry := timer.Backoff(s.hookTries.next(he.OrderID) + 1)
+		retry, attempts := s.recordHookFailure(ctx, he)
 		s.log.Error("an OnCancelled hook failed: the order's cancel was rolled back, to be tried again",
-			"order_id", he.OrderID, "retry_in", retry, "err", he.Err)
+			"order_id", he.OrderID, "attempts", attempts, "retry_in", retry, "err", he.Err)
 		s.schedule(ctx, he.OrderID, time.Now().Add(retry))
 	}
 	for _, c := range res.Cancelled {
@@ -133,4 +135,48 @@ func (s *Service) commandsSettled(res store.SettleCommandsResult) {
 	if len(res.Cancelled)+len(res.Paid) > 0 {
 		s.relay.Notify()
 	}
+}
+
+// recordHookFailure records in the store that he's hook failed once more
+// (store.HookFailures: every instance, the audit and the dashboard see it,
+// and claims of due orders leave the order alone until its next try), and
+// returns how long until that try and the attempts so far. The error is
+// kept without the secrets a URL in it may carry. If the store cannot
+// record it, the backoff is counted here alone.
+func (s *Service) recordHookFailure(ctx context.Context, he *store.HookError) (time.Duration, int) {
+	f, err := s.store.RecordHookFailure(ctx, &store.HookError{OrderID: he.OrderID, Event: he.Event, Err: errors.New(redactText(he.Err.Error()))}, timer.Backoff)
+	if err != nil {
+		n := s.hookTries.next(he.OrderID) + 1
+		s.log.Error("recording a failed hook failed: its backoff is this instance's alone", "order_id", he.OrderID, "err", err)
+		return timer.Backoff(n), n
+	}
+	return f.NextAt.Sub(f.LastFailedAt), f.Attempts
+}
+
+// redactText is s with every word that looks like a URL redacted
+// (redact.URL): a hook's error may quote a connection string.
+func redactText(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	words := strings.Fields(s)
+	for i, w := range words {
+		if strings.Contains(w, "://") {
+			words[i] = redact.URL(w)
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+// HookFailures returns up to limit PENDING orders whose OnCancelled hook
+// keeps failing (store.HookFailures), the oldest first failure first, as
+// the audit's hook_failing warning and the dashboard's page list them.
+func (s *Service) HookFailures(ctx context.Context, limit int) ([]store.HookFailure, error) {
+	if limit < 0 || limit > 500 {
+		return nil, invalid("limit", "must be between 1 and 500")
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	return s.store.ListHookFailures(ctx, limit)
 }

@@ -34,6 +34,8 @@ type shop struct {
 	status func(t *testing.T, id string) string
 	// runs counts the committed runs of the shop's hooks, by "event id".
 	runs func(t *testing.T) map[string]int
+	// count runs a query of one count on the shop's database (? placeholders).
+	count func(t *testing.T, query string, args ...any) int
 }
 
 type shopTx struct {
@@ -142,6 +144,13 @@ func newPostgresShop(t *testing.T, fail func(id string) error, many bool) shop {
 				r, err := pool.Query(ctx, "SELECT id, event FROM hook_runs")
 				return pgRows{r}, err
 			})
+		},
+		count: func(t *testing.T, q string, args ...any) int {
+			var n int
+			if err := pool.QueryRow(ctx, pgxPlaceholders(q), args...).Scan(&n); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return n
 		},
 	}
 }
@@ -287,6 +296,13 @@ func newMySQLShop(t *testing.T, fail func(id string) error, many bool) shop {
 				r, err := db.Query("SELECT id, event FROM hook_runs")
 				return sqlRows{r}, err
 			})
+		},
+		count: func(t *testing.T, q string, args ...any) int {
+			var n int
+			if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return n
 		},
 	}
 }

@@ -302,7 +302,7 @@ type Service struct {
 	burstUntil atomic.Int64
 
 	early     earlyBackoff   // early timers set again (clock.go)
-	hookTries tries          // orders whose OnCancelled hook failed, tried again with backoff
+	hookTries tries          // orders whose OnCancelled hook failed, when the store could not record it (recordHookFailure)
 	reminding sync.WaitGroup // reminders in flight (remind.go)
 	remindSem chan struct{}
 }
@@ -367,20 +367,33 @@ func (s *Service) Config() Config { return s.cfg }
 func (s *Service) Store() store.Store { return s.store }
 
 // Run seeds the scheduler (unless it is durable; waiting for a store that does
-// not answer yet, see seedRetrying), relays outbox events, runs
-// the fallback sweep and cancels due orders until ctx ends. When ctx ends it
-// stops claiming timers, finishes the batch in hand and returns nil.
+// not answer yet, see seedRetrying), listens for the deadlines other
+// instances commit (where the store tells them: listen.go), relays outbox
+// events, runs the fallback sweep and cancels due orders until ctx ends.
+// When ctx ends it stops claiming timers, finishes the batch in hand and
+// returns nil.
 func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if dl, ok := s.dueListener(); ok {
+		// Listening first: an order committed between the seed and the
+		// listen would be neither seeded nor heard.
+		started := make(chan struct{})
+		wg.Go(func() { s.listen(ctx, dl, started) })
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+	}
 	if s.timers != nil {
 		if sd, ok := s.timers.(timer.Seeder); ok {
 			sd.SetSeed(s.seed) // the scheduler seeds itself when it finds its index empty
 		} else if d, ok := s.timers.(timer.Durable); !ok || !d.Durable() {
 			if err := s.seedRetrying(ctx); err != nil {
+				wg.Wait()
 				return nil // stopped while seeding
 			}
 		}
 	}
-	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := s.relay.Run(ctx); err != nil {
 			s.relayStopped.Store(&err)

@@ -58,7 +58,11 @@ type metrics struct {
 	sweepCaught       prometheus.Counter
 	gatewayChecks     *prometheus.CounterVec
 	reminders         prometheus.Counter
-	skew              *skewWatch
+	// heard counts deadlines the store told of (store.DueListener);
+	// listenLost the times listening for them failed.
+	heard      prometheus.Counter
+	listenLost prometheus.Counter
+	skew       *skewWatch
 }
 
 func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
@@ -124,6 +128,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		sweepCaught: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_sweep_caught_total", Help: "Orders the fallback sweep cancelled: each is a timer the primary backend lost.",
 		}),
+		heard: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lapse_due_heard_total",
+			Help: "Deadlines the store told of as their transactions committed (PostgreSQL NOTIFY), handed to this instance's timers.",
+		}),
+		listenLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lapse_due_listen_lost_total",
+			Help: "Times listening for the store's deadlines failed; each is followed by listening again and planning from the store.",
+		}),
 		skew: newSkewWatch(s.log),
 	}
 	stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -139,7 +151,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		return float64(n)
 	})
 	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.hookFailures, m.reservationChecks, m.lateness,
-		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.skew.gauge, stuck} {
+		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.heard, m.listenLost, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)
 		}

@@ -64,6 +64,15 @@ func (p *poller) nudge(due time.Time) {
 	}
 }
 
+// replan wakes the loop to claim and plan again from the store, whatever
+// its plan: deadlines may have been set that it was never told of.
+func (p *poller) replan() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (p *poller) run(ctx context.Context) {
 	batch := p.s.cfg.BatchSize
 	attempt, width := 0, 1

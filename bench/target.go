@@ -66,6 +66,16 @@ func Running(svc *lapse.Service, st store.Store) Target {
 	return &inProcess{st: st, cur: svc, external: true}
 }
 
+// Checkout places an order in embedded mode (docs/embedding.md): the shop's
+// own transaction, its own order row and svc.CreateOrderTx in it, committed.
+type Checkout func(ctx context.Context, svc *lapse.Service, r lapse.CreateOrderRequest) (order.Order, error)
+
+// RunningEmbedded is Running whose orders are placed by checkout instead of
+// svc.CreateOrder: a shop's checkout, whose row the service's hooks move.
+func RunningEmbedded(svc *lapse.Service, st store.Store, checkout Checkout) Target {
+	return &inProcess{st: st, cur: svc, external: true, checkout: checkout}
+}
+
 // InProcess drives Services that newService makes on st. The harness runs the
 // first one and, with Config.KillEvery, kills it and makes another as a
 // crashed process would be replaced: a new Service with a fresh scheduler, on
@@ -77,7 +87,8 @@ func InProcess(st store.Store, newService func() (*lapse.Service, error)) Target
 type inProcess struct {
 	st         store.Store
 	newService func() (*lapse.Service, error)
-	external   bool // Running: the caller's service, not started or stopped here
+	external   bool     // Running: the caller's service, not started or stopped here
+	checkout   Checkout // RunningEmbedded: how an order is placed
 
 	// mu is held (read) by every call into the current Service and (write)
 	// by a restart, so a killed Service takes no call after its death: what
@@ -164,10 +175,14 @@ func (t *inProcess) setStock(ctx context.Context, sku string, available int64) e
 func (t *inProcess) create(ctx context.Context, id, sku string, amountCents int64, timeout time.Duration, idempotencyKey, reservationID string) (order.Order, error) {
 	svc, done := t.svc()
 	defer done()
-	r, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
+	req := lapse.CreateOrderRequest{
 		ID: id, Items: []order.Item{{SKU: sku, Qty: 1}}, AmountCents: amountCents, Timeout: timeout,
 		IdempotencyKey: idempotencyKey, ReservationID: reservationID,
-	})
+	}
+	if t.checkout != nil {
+		return t.checkout(ctx, svc, req)
+	}
+	r, err := svc.CreateOrder(ctx, req)
 	return r.Order, err
 }
 

@@ -44,7 +44,10 @@ type Overview struct {
 	Stuck int64
 	// RefundRequired counts orders flagged refund_required, capped.
 	RefundRequired int64
-	CountCap       int64
+	// HookFailing counts PENDING orders whose hook keeps failing
+	// (HookFailures), capped.
+	HookFailing int64
+	CountCap    int64
 	// Due counts PENDING orders by the minute their cancel_after falls in,
 	// from Now to Now + 1 h; Cancelled, Paid and Refunds count cancels,
 	// payments and refund-required payments by minute over the last hour.

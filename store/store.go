@@ -61,6 +61,7 @@ type Store interface {
 	Commands
 	Auditor
 	Dashboard
+	HookFailures
 	// Migrate brings the schema to the newest version; a failed migration
 	// leaves the schema as it was.
 	Migrate(ctx context.Context) error
@@ -180,6 +181,26 @@ type TxOrders interface {
 	ExtendTx(ctx context.Context, tx Tx, p ExtendParams) (order.Order, error)
 }
 
+// DueListener is an optional capability of a Store, found by type
+// assertion: it hears the deadlines that transactions on its database set —
+// an order created, or its deadline moved, by any lapse instance or in a
+// caller's own transaction (CreateOrderTx, ExtendTx) — as they commit, and
+// never those of a transaction that rolls back. An instance whose timers
+// live in its own memory (or whose poller plans from the store) so learns
+// of orders another process created. store/postgres has it (LISTEN/NOTIFY);
+// on MySQL and SQLite the poller's plan, the sweep and lapse.Service.Wake
+// stand in for it.
+type DueListener interface {
+	// ListenDue listens until ctx ends (then nil) or its connection fails
+	// (the error: call it again after a pause). ready runs each time the
+	// listen holds: every deadline committed from then on reaches due, in
+	// commit order, at least once; one committed before it may not, so a
+	// caller plans again from the store after a failure. due may name an
+	// order that no longer needs a timer (paid or cancelled since): a timer
+	// is harmless.
+	ListenDue(ctx context.Context, ready func(), due func(key string, at time.Time)) error
+}
+
 // Hook events: the transitions an embedding service's hooks run in
 // (postgres.Hooks, mysql.Hooks), inside the transaction that makes them.
 const (
@@ -202,6 +223,39 @@ func (e *HookError) Error() string {
 }
 
 func (e *HookError) Unwrap() error { return e.Err }
+
+// HookFailures is the record of the hooks of an embedding service that
+// failed for an order lapse tries again by itself — the OnCancelled of a
+// timeout cancel (HookCancelled) — so that every instance, the audit and
+// the dashboard see them, and the retries back off.
+type HookFailures interface {
+	// RecordHookFailure notes, in a transaction of its own, that the hook
+	// of f.Event failed for f.OrderID once more: attempts grows by one, the
+	// error (its first MaxHookError bytes) and the time are kept, and
+	// next_at becomes now + backoff(attempts), by the store's clock. Until
+	// then a claim of due orders (CancelDue with Claim) leaves the order
+	// alone. It returns the record as written. The record goes in the
+	// transaction that cancels the order.
+	RecordHookFailure(ctx context.Context, f *HookError, backoff func(attempts int) time.Duration) (HookFailure, error)
+	// ListHookFailures returns up to limit records of orders still PENDING,
+	// the oldest first failure first.
+	ListHookFailures(ctx context.Context, limit int) ([]HookFailure, error)
+}
+
+// MaxHookError is how much of a hook's error a HookFailure keeps, in bytes.
+const MaxHookError = 1000
+
+// HookFailure is one order whose hook keeps failing.
+type HookFailure struct {
+	OrderID       string    `json:"order_id"`
+	Event         string    `json:"event"` // HookCancelled
+	Attempts      int       `json:"attempts"`
+	LastError     string    `json:"last_error"`
+	FirstFailedAt time.Time `json:"first_failed_at"`
+	LastFailedAt  time.Time `json:"last_failed_at"`
+	// NextAt is when lapse tries the order again.
+	NextAt time.Time `json:"next_at"`
+}
 
 // Stock holds the per-SKU counters.
 type Stock interface {

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/outbox/webhook"
+	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/web"
 )
@@ -164,8 +166,10 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 }
 
 // script runs the orders the overview then shows: 6 orders with an hour to
-// pay (3 paid, 1 cancelled by the buyer), 4 that time out at once, then,
-// with the webhook answering 400, 2 more whose order.created is dead.
+// pay (3 paid, 1 cancelled by the buyer, 1 whose OnCancelled hook is
+// recorded failing, as an embedding service's would be), 4 that time out at
+// once, then, with the webhook answering 400, 2 more whose order.created is
+// dead.
 func (f *fixture) script(t *testing.T, ctx context.Context) {
 	t.Helper()
 	svc := f.svc
@@ -194,6 +198,10 @@ func (f *fixture) script(t *testing.T, ctx context.Context) {
 		}
 	}
 	if _, err := svc.Cancel(ctx, "p-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Store().RecordHookFailure(ctx, &store.HookError{OrderID: "p-5", Event: store.HookCancelled,
+		Err: errors.New("the shop's orders table refused the update")}, func(int) time.Duration { return time.Hour }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
@@ -340,7 +348,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("overview %s = %q, want %s", status, got, want)
 		}
 	}
-	for name, want := range map[string]string{"dead events": "2", "dead stock tasks": "0", "PAYING past deadline": "0", "refund_required": "0"} {
+	for name, want := range map[string]string{"dead events": "2", "dead stock tasks": "0", "PAYING past deadline": "0", "refund_required": "0", "hook failures": "1"} {
 		if got := text(fmt.Sprintf(`#stuck [data-stuck=%q] .n`, name)); got != want {
 			t.Errorf("overview stuck %s = %q, want %s", name, got, want)
 		}
@@ -373,6 +381,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("dead events listed: %d, want 2", n)
 	}
 	run("dead tasks", chromedp.Navigate(f.open+"/ui/tasks?dead=1"), chromedp.WaitVisible(css("#tasks")))
+	run("hook failures", chromedp.Navigate(f.open+"/ui/hook-failures"), chromedp.WaitVisible(css("#hook-failures")))
+	if got := text("#hook-failures tbody tr:first-child"); !strings.Contains(got, "p-5") || !strings.Contains(got, "refused the update") {
+		t.Errorf("first hook failure row: %q", got)
+	}
 	run("skus", chromedp.Navigate(f.open+"/ui/skus"), chromedp.WaitVisible(css("#skus")))
 	if got := text("#skus tbody tr:first-child"); !strings.Contains(got, "mug") {
 		t.Errorf("first SKU row: %q", got)

@@ -211,7 +211,8 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 	if err != nil {
 		return err
 	}
-	v.Stuck = append(v.Stuck, statusCount{Status: "dead stock tasks", N: ts.Dead, Link: "/ui/tasks?dead=1"})
+	v.Stuck = append(v.Stuck, statusCount{Status: "dead stock tasks", N: ts.Dead, Link: "/ui/tasks?dead=1"},
+		statusCount{Status: "hook failures", N: ov.HookFailing, Capped: ov.HookFailing >= ov.CountCap, Link: "/ui/hook-failures"})
 	v.Health = h.health(ctx)
 	h.lastMu.Lock()
 	v.Audit = h.lastAudit
@@ -639,4 +640,19 @@ func (h *Handler) tasks(w http.ResponseWriter, r *http.Request, s session) error
 		v.Next = "/ui/tasks?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(page.NextAfter)
 	}
 	return h.render(w, "tasks", v)
+}
+
+type hookFailuresView struct {
+	base
+	Failures []store.HookFailure
+}
+
+// hookFailures lists the PENDING orders whose hook of an embedding service
+// keeps failing (store.HookFailures), the oldest first failure first.
+func (h *Handler) hookFailures(w http.ResponseWriter, r *http.Request, s session) error {
+	fs, err := h.svc.HookFailures(r.Context(), 100)
+	if err != nil {
+		return err
+	}
+	return h.render(w, "hookfailures", hookFailuresView{base: h.base(r, s, "Hook failures"), Failures: fs})
 }

@@ -137,6 +137,7 @@ func TestDashboardRefusesNULAndInvalidUTF8(t *testing.T) {
 						{"GET", "/ui/events?dead=" + bad, ""},
 						{"GET", "/ui/tasks?after=" + bad, ""},
 						{"GET", "/ui/tasks?dead=" + bad, ""},
+						{"GET", "/ui/hook-failures?x=" + bad, ""},
 						{"GET", "/ui/login?next=" + bad, ""},
 						{"GET", "/ui/static/app.js?v=" + bad, ""},
 						{"POST", "/ui/orders/a" + bad + "b/cancel", csrf},
@@ -155,7 +156,7 @@ func TestDashboardRefusesNULAndInvalidUTF8(t *testing.T) {
 					}
 				}
 				// The same pages with plain text still answer.
-				for _, p := range []string{"/ui/orders?prefix=a", "/ui/skus?after=a", "/ui/tasks?after=a", "/ui/events?after=1"} {
+				for _, p := range []string{"/ui/orders?prefix=a", "/ui/skus?after=a", "/ui/tasks?after=a", "/ui/events?after=1", "/ui/hook-failures"} {
 					if status, body := b.do(t, "GET", p, ""); status != http.StatusOK {
 						t.Errorf("GET %s: %d:\n%.300s", p, status, body)
 					}

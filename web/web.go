@@ -149,6 +149,7 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /ui/skus", h.skus)
 	page("GET /ui/events", h.events)
 	page("GET /ui/tasks", h.tasks)
+	page("GET /ui/hook-failures", h.hookFailures)
 	h.mux = mux
 	return h, nil
 }
@@ -348,7 +349,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
 	return err
 }
 
-var pageNames = []string{"overview", "orders", "order", "confirm", "skus", "events", "tasks", "login", "error"}
+var pageNames = []string{"overview", "orders", "order", "confirm", "skus", "events", "tasks", "hookfailures", "login", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

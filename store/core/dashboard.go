@@ -47,6 +47,9 @@ func (s *Store) Overview(ctx context.Context, p store.OverviewParams) (store.Ove
 	if ov.RefundRequired, err = s.d.CountRefundRequired(ctx, p.CountCap); err != nil {
 		return store.Overview{}, fmt.Errorf("overview: count refunds required: %w", err)
 	}
+	if ov.HookFailing, err = s.d.CountHookFailing(ctx, p.CountCap); err != nil {
+		return store.Overview{}, fmt.Errorf("overview: count failing hooks: %w", err)
+	}
 	// Minutes are whole: the hour ahead starts at this minute, the hour
 	// behind ends with it, so a chart's bars do not move within a minute.
 	minute := now.Truncate(time.Minute)

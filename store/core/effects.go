@@ -26,7 +26,16 @@ func (s *Store) effects(ctx context.Context, tx *Tx, now time.Time, move Move, t
 	if err != nil {
 		return err
 	}
-	return writeEffects(ctx, tx, e)
+	return writeEffects(ctx, tx, s.told(e))
+}
+
+// told is e as this store writes it: without the deadlines to tell when
+// the store tells none (Config.TellDeadlines).
+func (s *Store) told(e Effects) Effects {
+	if !s.tellDue {
+		e.Due = nil
+	}
+	return e
 }
 
 // writeEffects writes e now.
@@ -40,14 +49,18 @@ func writeEffects(ctx context.Context, tx *Tx, e Effects) error {
 // effectsAtCommit is effects for a transaction's last write: a driver that
 // can (EffectsCommitter) sends them with the COMMIT, in one round trip; any
 // other writes them now. The caller runs no statement after it. why, when
-// set, goes into each event as cancel_detail.
-func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ, why string, os ...order.Order) error {
+// set, goes into each event as cancel_detail. held says the transaction ran
+// a hook for os and it held: their hook failure records go with it.
+func (s *Store) effectsAtCommit(ctx context.Context, tx *Tx, now time.Time, move Move, typ, why string, held bool, os ...order.Order) error {
 	if len(os) == 0 {
 		return nil
 	}
 	e, err := NewEffects(now, move, typ, os...)
 	if err != nil {
 		return err
+	}
+	if held {
+		e.HooksHeld = orderIDs(os)
 	}
 	if why != "" {
 		detail, _ := json.Marshal(why)
@@ -98,8 +111,9 @@ func (s *Store) refundEvent(ctx context.Context, tx *Tx, now time.Time, o order.
 
 // NewEffects describes the effects of a transition of os: the ledger and
 // counters of move for orders whose stock lapse holds, a stock task for
-// those whose stock a remote inventory holds, and one event of type typ per
-// order, its payload the order as the API shows it.
+// those whose stock a remote inventory holds, one event of type typ per
+// order, its payload the order as the API shows it, and for a create or an
+// extend the deadlines it sets (Effects.Due).
 func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effects, error) {
 	e := Effects{Now: now, Move: move, Type: typ}
 	local := os
@@ -125,6 +139,12 @@ func NewEffects(now time.Time, move Move, typ string, os ...order.Order) (Effect
 	}
 	if e.Move == MoveRelease || e.Move == MoveCommit {
 		e.SKUs, e.Qtys = PerSKU(local)
+	}
+	if typ == order.EventCreated || typ == order.EventExtended {
+		e.Due = make([]store.Deadline, len(os))
+		for i, o := range os {
+			e.Due[i] = store.Deadline{OrderID: o.ID, CancelAfter: o.CancelAfter}
+		}
 	}
 	if typ != "" {
 		e.Events = make([]NewEvent, len(os))

@@ -137,6 +137,15 @@ type Executor interface {
 	// MarkPublished marks the events of seqs that have no delivery row left
 	// published at now.
 	MarkPublished(ctx context.Context, seqs []int64, now time.Time) error
+	// NoteHookFailure records one more failure of the hook of event for
+	// orderID at now (a new record: attempts 1, first failed now), the
+	// error as given, and returns its attempts and first failure.
+	NoteHookFailure(ctx context.Context, orderID, event, lastError string, now time.Time) (attempts int, first time.Time, err error)
+	// SetHookRetry sets when the record of (orderID, event) is tried again.
+	SetHookRetry(ctx context.Context, orderID, event string, nextAt time.Time) error
+	// HookFailures reads up to limit records whose order is PENDING, the
+	// oldest first_failed_at first.
+	HookFailures(ctx context.Context, limit int) ([]store.HookFailure, error)
 	OutboxExecutor
 	TaskExecutor
 	DashboardExecutor
@@ -149,6 +158,9 @@ type DashboardExecutor interface {
 	CountStatus(ctx context.Context, status order.Status, limit int64) (int64, error)
 	// CountRefundRequired counts orders flagged refund_required, stopping at limit.
 	CountRefundRequired(ctx context.Context, limit int64) (int64, error)
+	// CountHookFailing counts hook failure records whose order is PENDING,
+	// stopping at limit.
+	CountHookFailing(ctx context.Context, limit int64) (int64, error)
 	// DuePerMinute counts PENDING orders by the minute of their
 	// cancel_after, for from <= cancel_after < to, minutes in order.
 	DuePerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
@@ -505,6 +517,14 @@ type Effects struct {
 	Tasks []NewTask
 	// TasksDue is when the Tasks are first due; zero: Now.
 	TasksDue time.Time
+	// Due are the deadlines the transition sets (a create, an extend): a
+	// driver that tells other instances of a deadline at commit
+	// (store.DueListener) sends them with these statements, in no round trip
+	// of its own; any other ignores them.
+	Due []store.Deadline
+	// HooksHeld are orders whose hook ran in this transaction and held:
+	// their hook failure records (store.HookFailure) go.
+	HooksHeld []string
 }
 
 // NewTask is one stock task to write, PENDING and due at once.

@@ -271,6 +271,7 @@ func (g *grouper) pipelined(ctx context.Context, tx *Tx, ge GroupExecutor, calls
 		if wa.Effects, err = NewEffects(now, MoveReserve, order.EventCreated, wa.Orders...); err != nil {
 			return nil, err
 		}
+		wa.Effects = tx.s.told(wa.Effects)
 	}
 	if err := ge.WriteGroup(ctx, wa); err != nil {
 		return nil, fmt.Errorf("write a group of %d orders: %w", len(wa.Orders), err)

@@ -536,7 +536,8 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 				return err
 			}
 		}
-		return s.effectsAtCommit(ctx, tx, now, MoveRelease, order.EventCancelled, p.Why, done...)
+		held := s.hooks != nil && s.hooks.Has(store.HookCancelled)
+		return s.effectsAtCommit(ctx, tx, now, MoveRelease, order.EventCancelled, p.Why, held, done...)
 	})
 	if err != nil {
 		if len(p.IDs) == 0 {

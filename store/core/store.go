@@ -33,6 +33,10 @@ type Config struct {
 	// Hooks, when set, run an embedding service's code inside the
 	// transactions that cancel or pay orders (hooks.go).
 	Hooks Hooks
+	// TellDeadlines makes a create's or an extend's effects carry the
+	// deadlines it sets (Effects.Due), for a driver that tells the other
+	// instances at commit (PostgreSQL's NOTIFY). Defaults to false.
+	TellDeadlines bool
 }
 
 // Store implements store.Store but for Migrate, Ping and Close, which the
@@ -44,6 +48,7 @@ type Store struct {
 	groups  *grouper    // nil: every create alone
 	pays    *payGrouper // nil: every payment operation alone
 	hooks   Hooks       // nil: none
+	tellDue bool        // Config.TellDeadlines
 }
 
 // New returns a Store running its transactions on cfg.Driver.
@@ -51,7 +56,7 @@ func New(cfg Config) *Store {
 	if cfg.Driver == nil {
 		panic("core: Config.Driver is required")
 	}
-	s := &Store{d: cfg.Driver, clock: cfg.Clock, retries: max(0, cfg.Retries), hooks: cfg.Hooks}
+	s := &Store{d: cfg.Driver, clock: cfg.Clock, retries: max(0, cfg.Retries), hooks: cfg.Hooks, tellDue: cfg.TellDeadlines}
 	if cfg.CreateGroup > 1 {
 		s.groups = newGrouper(s, cfg.CreateGroup)
 	}

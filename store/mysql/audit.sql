@@ -105,10 +105,23 @@ SELECT CONCAT('payment ', payment_id, ': on ', COUNT(DISTINCT order_id), ' order
 FROM lapse_payments GROUP BY payment_id HAVING COUNT(DISTINCT order_id) > 1;
 
 -- name: pending_past_deadline
+-- An order whose OnCancelled keeps failing is not lost: warn_hook_failing
+-- reports it instead.
 SELECT CONCAT('order ', id, ': PENDING, cancel_after ', cancel_after, ' is ',
               TIMESTAMPDIFF(MICROSECOND, cancel_after, @now) DIV 1000, ' ms ago') AS detail
-FROM lapse_orders
-WHERE status = 'PENDING' AND cancel_after < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND;
+FROM lapse_orders o
+WHERE status = 'PENDING' AND cancel_after < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled');
+
+-- name: warn_hook_failing
+-- PENDING orders whose hook of an embedding service keeps failing (lapse
+-- tries them again with backoff), the oldest first failure first.
+SELECT CONCAT('order ', f.order_id, ': hook on ', f.event, ' failing for ',
+              TIMESTAMPDIFF(MICROSECOND, f.first_failed_at, @now) DIV 1000, ' ms, ', f.attempts,
+              ' attempts, next at ', f.next_at, '; last error: ', f.last_error) AS detail
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id;
 
 -- name: warn_paying_past_deadline
 SELECT CONCAT('order ', id, ': PAYING, cancel_after ', cancel_after, ' is ',

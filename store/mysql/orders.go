@@ -341,7 +341,7 @@ func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order
 // claimDue locks up to a.Limit due orders no other transaction holds
 // (claim_due), earliest first.
 func (e executor) claimDue(ctx context.Context, a core.ClaimArgs) ([]string, error) {
-	locked, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Limit)
+	locked, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Now, a.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim due orders: %w", err)
 	}
@@ -405,7 +405,7 @@ func (e executor) PaymentChecks(ctx context.Context, dueBy time.Time, limit int)
 // NextDeadline implements core.Executor.
 func (e executor) NextDeadline(ctx context.Context, skipAttempted bool) (time.Time, bool, error) {
 	var at sql.NullTime
-	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline"), skipAttempted).Scan(&at); err != nil {
+	if err := e.db.QueryRowContext(ctx, q.Get("next_deadline"), skipAttempted, skipAttempted).Scan(&at); err != nil {
 		return time.Time{}, false, err
 	}
 	return at.Time, at.Valid, nil

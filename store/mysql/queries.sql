@@ -247,12 +247,16 @@ FOR UPDATE;
 
 -- name: claim_due
 -- Claim mode, step 1. Params: due by (now - lag, never after now), true (1)
--- to leave attempted orders alone, the batch size. A range scan of
+-- to leave attempted orders alone, now, the batch size. A range scan of
 -- orders_status_cancel_after, earliest first; rows another transaction holds
 -- are skipped, so concurrent claimers never take (or wait for) the same order.
+-- An order whose OnCancelled failed is left alone until its record's next_at
+-- (a primary-key probe of lapse_hook_failures per row scanned).
 -- Then cancel_due, as for a batch.
-SELECT id FROM lapse_orders
+SELECT id FROM lapse_orders o
 WHERE status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f
+                  WHERE f.order_id = o.id AND f.event = 'cancelled' AND f.next_at > ?)
 ORDER BY cancel_after
 LIMIT ?
 FOR UPDATE SKIP LOCKED;
@@ -278,7 +282,17 @@ LIMIT ?;
 -- Params: 1 to leave out orders with a failed payment attempt, as claim_due
 -- does when a gateway checks them (a poller that counted them would wake for
 -- an order its claim skips, again and again).
-SELECT MIN(cancel_after) FROM lapse_orders WHERE status = 'PENDING' AND (? = 0 OR payment_attempts = 0);
+-- An order whose OnCancelled failed is due at its record's next_at if that
+-- is later (claim_due leaves it alone until then): the first deadline of the
+-- orders without a record, or the earliest of those with one. Params: the
+-- same flag twice. (LEAST is NULL if either is: each stands in for the other.)
+SELECT LEAST(COALESCE(a.at, b.at), COALESCE(b.at, a.at)) FROM
+  (SELECT (SELECT cancel_after FROM lapse_orders o
+           WHERE status = 'PENDING' AND (? = 0 OR payment_attempts = 0)
+             AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled')
+           ORDER BY cancel_after LIMIT 1) AS at) a,
+  (SELECT (SELECT MIN(GREATEST(o.cancel_after, f.next_at)) FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+           WHERE f.event = 'cancelled' AND o.status = 'PENDING' AND (? = 0 OR o.payment_attempts = 0)) AS at) b;
 
 -- name: pending_deadlines
 -- Params: the (cancel_after, id) to start after (cancel_after twice), the page size.
@@ -622,6 +636,40 @@ SELECT order_id FROM lapse_payments WHERE payment_id = ? ORDER BY order_id LIMIT
 -- name: count_status
 -- Params: status, the cap. At most cap entries of (status, cancel_after).
 SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE status = ? LIMIT ?) capped;
+
+-- name: hook_failure_note
+-- One more failure of a hook. Params: order id, event, error, now (the
+-- first failure makes the record; next_at is set right after by
+-- hook_failure_retry). Then hook_failure_read.
+INSERT INTO lapse_hook_failures (order_id, event, attempts, last_error, first_failed_at, last_failed_at, next_at)
+VALUES (?, ?, 1, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE attempts = attempts + 1, last_error = VALUES(last_error), last_failed_at = VALUES(last_failed_at);
+
+-- name: hook_failure_read
+-- Params: order id, event. In the transaction that wrote it.
+SELECT attempts, first_failed_at FROM lapse_hook_failures WHERE order_id = ? AND event = ?;
+
+-- name: hook_failure_retry
+-- Params: next_at, order id, event.
+UPDATE lapse_hook_failures SET next_at = ? WHERE order_id = ? AND event = ?;
+
+-- name: hook_failures_clear
+-- The records of orders whose hook held, in the transaction that made
+-- their transition. Params: the ids.
+DELETE FROM lapse_hook_failures WHERE order_id IN (/*each*/?);
+
+-- name: hook_failures
+-- The records of orders still PENDING, oldest first failure first. Param: the limit.
+SELECT f.order_id, f.event, f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.next_at
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id
+LIMIT ?;
+
+-- name: count_hook_failing
+-- Param: the cap.
+SELECT COUNT(*) FROM (SELECT 1 FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+                      WHERE o.status = 'PENDING' LIMIT ?) capped;
 
 -- name: count_refund_required
 -- Param: the cap. The refund_required = 1 prefix of (refund_required, id).

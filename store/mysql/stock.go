@@ -66,6 +66,9 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 	if err := e.insertTasks(ctx, ef); err != nil {
 		return err
 	}
+	if err := e.clearHookFailures(ctx, ef.HooksHeld); err != nil {
+		return fmt.Errorf("hook failures: %w", err)
+	}
 	for _, chunk := range chunks(ef.Events) {
 		a := make([]any, 0, 5*len(chunk))
 		for _, ev := range chunk {

@@ -108,10 +108,23 @@ SELECT 'payment ' || payment_id || ': on ' || count(DISTINCT order_id) || ' orde
 FROM lapse_payments GROUP BY payment_id HAVING count(DISTINCT order_id) > 1;
 
 -- name: pending_past_deadline
+-- An order whose OnCancelled keeps failing is not lost: warn_hook_failing
+-- reports it instead.
 SELECT 'order ' || id || ': PENDING, cancel_after ' || cancel_after || ' is '
        || floor(extract(epoch FROM @now::timestamptz - cancel_after) * 1000)::bigint || ' ms ago' AS detail
-FROM lapse_orders
-WHERE status = 'PENDING' AND cancel_after + @allowed_lag_ms::bigint * interval '1 millisecond' < @now::timestamptz;
+FROM lapse_orders o
+WHERE status = 'PENDING' AND cancel_after + @allowed_lag_ms::bigint * interval '1 millisecond' < @now::timestamptz
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled');
+
+-- name: warn_hook_failing
+-- PENDING orders whose hook of an embedding service keeps failing (lapse
+-- tries them again with backoff), the oldest first failure first.
+SELECT 'order ' || f.order_id || ': hook on ' || f.event || ' failing for '
+       || floor(extract(epoch FROM @now::timestamptz - f.first_failed_at) * 1000)::bigint || ' ms, '
+       || f.attempts || ' attempts, next at ' || f.next_at || '; last error: ' || f.last_error AS detail
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id;
 
 -- name: warn_paying_past_deadline
 SELECT 'order ' || id || ': PAYING, cancel_after ' || cancel_after || ' is '

@@ -32,7 +32,7 @@ func FromPool(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup,
-		Hooks: cfg.Hooks.runner()}
+		Hooks: cfg.Hooks.runner(), TellDeadlines: !cfg.DisableDueNotify}
 	return &Store{Store: core.New(cc), stmts: &statementCounter{}, cfg: cc, borrowed: true, pool: pool}, nil
 }
 

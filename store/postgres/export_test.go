@@ -127,3 +127,9 @@ func (d generalDriver) Begin(ctx context.Context, o core.TxOptions) (core.Execut
 		core.GroupExecutor
 	}{etx, etx.(core.GroupExecutor)}, nil
 }
+
+// Notices and ReadNotice pack and read the payloads of notify_due.
+var (
+	Notices    = notices
+	ReadNotice = readNotice
+)

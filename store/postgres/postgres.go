@@ -86,6 +86,17 @@ type Config struct {
 	// Hooks run an embedding service's code inside the transactions that
 	// cancel or pay orders (see Hooks). Optional.
 	Hooks Hooks
+	// DisableDueNotify stops creates and extends (CreateOrderTx and
+	// ExtendTx in a caller's transaction too) from telling the other lapse
+	// instances of their deadlines at commit (pg_notify: ListenDue). Defaults
+	// to false: they tell. The cost of telling: PostgreSQL commits the
+	// transactions that notify one at a time (a lock per database, held
+	// through the commit's WAL flush), so concurrent checkouts that each
+	// create an order in a transaction of their own stop sharing flushes
+	// (docs/embedding.md, Cost). Disable it when no instance needs to hear
+	// another's orders: one instance, or timers in a shared index (Redis, a
+	// broker), or the sql timers whose poller plans every PollMaxSleep.
+	DisableDueNotify bool
 }
 
 // DefaultCreateGroup is Config.CreateGroup's default.
@@ -187,7 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: open %s: %w", pc.ConnConfig.Host, err)
 	}
 	cc := core.Config{Driver: &driver{executor{pool}, pool}, Clock: cfg.Clock, Retries: cfg.Retries, CreateGroup: cfg.CreateGroup,
-		Hooks: cfg.Hooks.runner()}
+		Hooks: cfg.Hooks.runner(), TellDeadlines: !cfg.DisableDueNotify}
 	return &Store{Store: core.New(cc), pool: pool, stmts: stmts, cfg: cc}, nil
 }
 

@@ -355,21 +355,30 @@ func TestDatabaseClockDecides(t *testing.T) {
 
 // The claim must cost O(due rows), not O(table): both the plan for the
 // values at hand and the generic plan a cached statement may switch to walk
-// the (status, cancel_after) index and stop at the LIMIT.
+// the (status, cancel_after) index and stop at the LIMIT, in both forms of
+// the claim (claim_due_clocked is the one a store without Config.Clock
+// runs), with orders whose OnCancelled is failing among the due ones (a
+// probe of lapse_hook_failures per row walked); and so does the next
+// deadline a poller sleeps until.
 func TestClaimWalksTheScheduleIndex(t *testing.T) {
 	t.Parallel()
 	_, u := open(t, clock.Real{})
 	ctx := context.Background()
 	conn := connect(t, u)
-	// 20,000 orders, 1% of them due; the rest pending in the future or done.
+	// 100,000 orders, 1% of them due, 100 of those with a failing hook
+	// retried in a minute; the rest pending in the future or done.
 	_, err := conn.Exec(ctx, `
 INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
 SELECT 'o' || g,
        CASE WHEN g % 3 = 0 THEN 'PAID' WHEN g % 3 = 1 THEN 'CANCELLED' ELSE 'PENDING' END,
        100, 'EUR', now(), now(),
        CASE WHEN g % 100 = 2 THEN now() - interval '1 minute' ELSE now() + g * interval '1 second' END
-FROM generate_series(1, 20000) AS g;
-ANALYZE lapse_orders`)
+FROM generate_series(1, 100000) AS g;
+INSERT INTO lapse_hook_failures (order_id, event, attempts, last_error, first_failed_at, last_failed_at, next_at)
+SELECT 'o' || g, 'cancelled', 3, 'no', now(), now(), now() + interval '1 minute'
+FROM generate_series(2, 100000, 100) AS g LIMIT 100;
+ANALYZE lapse_orders;
+ANALYZE lapse_hook_failures`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,23 +399,46 @@ ANALYZE lapse_orders`)
 		}
 		return strings.Join(lines, "\n")
 	}
+	walks := func(p string) bool {
+		return (strings.Contains(p, "Index Scan on lapse_orders_status_cancel_after") || strings.Contains(p, "Index Scan using lapse_orders_status_cancel_after")) &&
+			!strings.Contains(p, "Seq Scan on lapse_orders")
+	}
 	now := time.Now()
-	custom := plan("EXPLAIN "+postgres.ClaimDueSQL, now, now, 200, false)
+	plans := map[string]string{
+		"claim_due":          plan("EXPLAIN "+postgres.ClaimDueSQL, now, now, 200, false),
+		"claim_due_clocked":  plan("EXPLAIN "+postgres.Query("claim_due_clocked"), time.Duration(0), 200, false),
+		"next_deadline":      plan("EXPLAIN "+postgres.Query("next_deadline"), false),
+		"next_deadline/skip": plan("EXPLAIN "+postgres.Query("next_deadline"), true),
+	}
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "PREPARE claim (timestamptz, timestamptz, int, boolean) AS "+postgres.ClaimDueSQL); err != nil {
-		t.Fatal(err)
-	}
-	generic := plan("EXPLAIN EXECUTE claim (now(), now(), 200, false)")
-	for name, p := range map[string]string{"custom": custom, "generic": generic} {
-		if !strings.Contains(p, "Index Scan on lapse_orders_status_cancel_after") && !strings.Contains(p, "Index Scan using lapse_orders_status_cancel_after") ||
-			!strings.Contains(p, "Index Scan using lapse_orders_pkey") || !strings.Contains(p, "Limit") ||
-			!strings.Contains(p, "LockRows") || strings.Contains(p, "Seq Scan") {
-			t.Errorf("%s plan of the claim does not walk the schedule index:\n%s", name, p)
+	for name, q := range map[string]string{
+		"PREPARE claim (timestamptz, timestamptz, int, boolean) AS ": postgres.ClaimDueSQL,
+		"PREPARE clocked (interval, int, boolean) AS ":               postgres.Query("claim_due_clocked"),
+		"PREPARE next (boolean) AS ":                                 postgres.Query("next_deadline"),
+	} {
+		if _, err := tx.Exec(ctx, name+q); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Logf("claim plan:\n%s\ngeneric plan:\n%s", custom, generic)
+	plans["claim_due/generic"] = plan("EXPLAIN EXECUTE claim (now(), now(), 200, false)")
+	plans["claim_due_clocked/generic"] = plan("EXPLAIN EXECUTE clocked ('0', 200, false)")
+	plans["next_deadline/generic"] = plan("EXPLAIN EXECUTE next (false)")
+	for name, p := range plans {
+		claim := strings.HasPrefix(name, "claim")
+		if !walks(p) || !strings.Contains(p, "Limit") || claim && (!strings.Contains(p, "Index Scan using lapse_orders_pkey") || !strings.Contains(p, "LockRows")) {
+			t.Errorf("%s: the plan does not walk the schedule index:\n%s", name, p)
+		}
+	}
+	// What they cost here, for the record.
+	for _, name := range []string{"claim_due_clocked", "next_deadline"} {
+		args := []any{time.Duration(0), 200, false}
+		if name == "next_deadline" {
+			args = []any{false}
+		}
+		t.Logf("%s:\n%s", name, plan("EXPLAIN (ANALYZE, COSTS OFF, TIMING ON) "+postgres.Query(name), args...))
+	}
 }
 
 // BenchmarkCancelDue measures the timeout cancel of due orders, with the

@@ -283,6 +283,48 @@ SELECT e.id::uuid, $1, e.order_id, e.payload::json, $2
 FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS e (id, order_id, payload, n)
 ORDER BY e.n;
 
+-- name: notify_due
+-- Tells every instance listening on this schema's channel (due_channel) of
+-- the deadlines a create or an extend sets: $1 the payloads, each lines of
+-- "<cancel_after in Unix ms> <order id>" (shorter than PostgreSQL's 8000
+-- bytes). The server queues them at COMMIT and drops them on ROLLBACK. It
+-- rides the pipeline of the transition's effects: no round trip of its own.
+SELECT pg_notify(left('lapse_due:' || current_schema(), 63), p) FROM unnest($1::text[]) AS p;
+
+-- name: hook_failure_note
+-- One more failure of the hook $2 of order $1 at $4, its error $3; a first
+-- one makes the record (next_at set right after by hook_failure_retry).
+INSERT INTO lapse_hook_failures (order_id, event, attempts, last_error, first_failed_at, last_failed_at, next_at)
+VALUES ($1, $2, 1, $3, $4, $4, $4)
+ON CONFLICT (order_id, event) DO UPDATE
+SET attempts = lapse_hook_failures.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = EXCLUDED.last_failed_at
+RETURNING attempts, first_failed_at;
+
+-- name: hook_failure_retry
+UPDATE lapse_hook_failures SET next_at = $3 WHERE order_id = $1 AND event = $2;
+
+-- name: hook_failures_clear
+-- The records of orders whose hook held ($1), in the transaction that made
+-- their transition.
+DELETE FROM lapse_hook_failures WHERE order_id = ANY($1::text[]);
+
+-- name: hook_failures
+-- The records of orders still PENDING, oldest first failure first ($1 at most).
+SELECT f.order_id, f.event, f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.next_at
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id
+LIMIT $1;
+
+-- name: count_hook_failing
+SELECT count(*) FROM (SELECT 1 FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+                      WHERE o.status = 'PENDING' LIMIT $1) AS x;
+
+-- name: due_channel
+-- The channel notify_due sends on: one per schema, so that lapse
+-- installations in several schemas of one database hear only their own.
+SELECT left('lapse_due:' || current_schema(), 63);
+
 -- name: start_payment
 -- $1 id, $2 now, $3 the attempt's payment id, or '' for "<id>-<n>" (n: the
 -- order's attempts so far + 1).
@@ -411,14 +453,19 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- it is given (one index condition, so the walk below is unchanged).
 -- The subquery walks lapse_orders_status_cancel_after from the oldest deadline and
 -- stops after $3 rows it could lock: rows another claimer holds are skipped,
--- so concurrent claimers take disjoint batches without waiting. ARRAY(…)
+-- so concurrent claimers take disjoint batches without waiting. An order
+-- whose OnCancelled failed is left alone until its record's next_at (a
+-- primary-key probe of lapse_hook_failures per row walked: the walk stays
+-- on the index). ARRAY(…)
 -- makes it an init plan run once, whose ids the UPDATE then finds through the
 -- primary key: written as id IN (…), a generic plan may hash-join it against
 -- a sequential scan of every PENDING order.
 UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
-WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders
+WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders o
                       WHERE status = 'PENDING' AND cancel_after <= LEAST($2::timestamptz, $1::timestamptz)
                         AND (NOT $4::boolean OR payment_attempts = 0)
+                        AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f
+                                        WHERE f.order_id = o.id AND f.event = 'cancelled' AND f.next_at > $1::timestamptz)
                       ORDER BY cancel_after
                       LIMIT $3
                       FOR UPDATE SKIP LOCKED))
@@ -461,9 +508,11 @@ LEFT JOIN LATERAL (SELECT array_agg(sku ORDER BY sku COLLATE "C") AS skus, array
 WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
 done AS (
   UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
-  WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders
+  WHERE id = ANY (ARRAY(SELECT id FROM lapse_orders o
                         WHERE status = 'PENDING' AND cancel_after <= (SELECT now - greatest($1::interval, interval '0') FROM clock)
                           AND (NOT $3::boolean OR payment_attempts = 0)
+                          AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f
+                                          WHERE f.order_id = o.id AND f.event = 'cancelled' AND f.next_at > (SELECT now FROM clock))
                         ORDER BY cancel_after
                         LIMIT $2
                         FOR UPDATE SKIP LOCKED))
@@ -491,8 +540,17 @@ LIMIT $2;
 -- $1 true to leave out orders with a failed payment attempt, as claim_due
 -- does when a gateway checks them: a poller that counted them would wake for
 -- an order its claim skips, again and again.
-SELECT min(cancel_after) FROM lapse_orders
-WHERE status = 'PENDING' AND (NOT $1::boolean OR payment_attempts = 0);
+-- An order whose OnCancelled failed is due at its record's next_at if that
+-- is later (claim_due leaves it alone until then): the first deadline of the
+-- orders without a record (the index walked from its start, a primary-key
+-- probe per row), or the earliest of those with one (a few rows).
+SELECT least(
+  (SELECT cancel_after FROM lapse_orders o
+   WHERE status = 'PENDING' AND (NOT $1::boolean OR payment_attempts = 0)
+     AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled')
+   ORDER BY cancel_after LIMIT 1),
+  (SELECT min(greatest(o.cancel_after, f.next_at)) FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+   WHERE f.event = 'cancelled' AND o.status = 'PENDING' AND (NOT $1::boolean OR o.payment_attempts = 0)));
 
 -- name: pending_deadlines
 -- The first condition on cancel_after alone lets the index bound the scan;

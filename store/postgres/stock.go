@@ -41,10 +41,12 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 
 // queueEffects queues the statements of ef on b: the ledger rows of the
 // move (first: its primary key refuses a second release or commit, and the
-// error rolls the whole transaction back), the events and the stock tasks of
-// remote stock, then for a release or a commit the lock of the SKU rows in
-// byte order and the counter update summed per SKU. WriteGroup sends them
-// with statements of its own.
+// error rolls the whole transaction back), the events, the notice of the
+// deadlines set (notify_due: heard by every instance at COMMIT), the hook
+// failure records the transition clears and the stock tasks of remote
+// stock, then for a release or a commit the lock of the SKU rows in byte
+// order and the counter update summed per SKU. WriteGroup sends them with
+// statements of its own.
 func queueEffects(b *pgx.Batch, ef core.Effects) {
 	if ef.Move != core.MoveNone {
 		b.Queue(q.Get("ledger_insert"), ef.IDs, string(ef.Move), ef.Now)
@@ -55,6 +57,12 @@ func queueEffects(b *pgx.Batch, ef core.Effects) {
 			ids[i], orderIDs[i], payloads[i] = ev.ID, ev.OrderID, string(ev.Payload)
 		}
 		b.Queue(q.Get("insert_events"), ef.Type, ef.Now, ids, orderIDs, payloads)
+	}
+	if len(ef.Due) > 0 {
+		b.Queue(q.Get("notify_due"), notices(ef.Due))
+	}
+	if len(ef.HooksHeld) > 0 {
+		b.Queue(q.Get("hook_failures_clear"), ef.HooksHeld)
 	}
 	queueTasks(b, ef)
 	// The SKU rows last, just before the COMMIT: they are what concurrent

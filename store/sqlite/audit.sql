@@ -109,9 +109,22 @@ SELECT 'payment ' || payment_id || ': on ' || COUNT(DISTINCT order_id) || ' orde
 FROM lapse_payments GROUP BY payment_id HAVING COUNT(DISTINCT order_id) > 1;
 
 -- name: pending_past_deadline
+-- An order whose OnCancelled keeps failing is not lost: warn_hook_failing
+-- reports it instead.
 SELECT 'order ' || id || ': PENDING, cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - cancel_after)
        || ' ms ago' AS detail
-FROM lapse_orders WHERE status = 'PENDING' AND cancel_after + ?2 < ?1;
+FROM lapse_orders o WHERE status = 'PENDING' AND cancel_after + ?2 < ?1
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled');
+
+-- name: warn_hook_failing
+-- PENDING orders whose hook of an embedding service keeps failing (lapse
+-- tries them again with backoff), the oldest first failure first.
+SELECT 'order ' || f.order_id || ': hook on ' || f.event || ' failing for ' || (?1 - f.first_failed_at) || ' ms, '
+       || f.attempts || ' attempts, next at ' || strftime('%Y-%m-%dT%H:%M:%fZ', f.next_at / 1000.0, 'unixepoch')
+       || '; last error: ' || f.last_error AS detail
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id;
 
 -- name: warn_paying_past_deadline
 SELECT 'order ' || id || ': PAYING, cancel_after ' || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - cancel_after)

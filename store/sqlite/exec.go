@@ -425,6 +425,11 @@ func (e executor) WriteEffects(ctx context.Context, ef core.Effects) error {
 	if err := e.insertTasks(ctx, ef); err != nil {
 		return err
 	}
+	if len(ef.HooksHeld) > 0 {
+		if _, err := e.exec(ctx, "hook_failures_clear", jsonArray(ef.HooksHeld)); err != nil {
+			return fmt.Errorf("hook failures: %w", err)
+		}
+	}
 	if len(ef.Events) == 0 {
 		return nil
 	}

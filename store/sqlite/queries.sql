@@ -159,11 +159,14 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: claim_due
 -- ?1 now, ?2 now - lag, ?3 batch size, ?4 1 to leave attempted orders alone.
 -- SQLite has one writer, so the claim needs no SKIP LOCKED: the write
--- transaction already excludes every other claimer.
+-- transaction already excludes every other claimer. An order whose
+-- OnCancelled failed is left alone until its record's next_at.
 UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
 WHERE id IN (SELECT id FROM lapse_orders
              WHERE status = 'PENDING' AND cancel_after <= ?2 AND cancel_after <= ?1 -- never before cancel_after, whatever ?2 says
                AND (?4 = 0 OR payment_attempts = 0)
+               AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f
+                               WHERE f.order_id = lapse_orders.id AND f.event = 'cancelled' AND f.next_at > ?1)
              ORDER BY cancel_after LIMIT ?3)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -179,7 +182,17 @@ LIMIT ?2;
 -- ?1 1 to leave out orders with a failed payment attempt, as claim_due does
 -- when a gateway checks them (a poller that counted them would wake for an
 -- order its claim skips, again and again).
-SELECT MIN(cancel_after) FROM lapse_orders WHERE status = 'PENDING' AND (?1 = 0 OR payment_attempts = 0);
+-- An order whose OnCancelled failed is due at its record's next_at if that
+-- is later (claim_due leaves it alone until then): the first deadline of the
+-- orders without a record, or the earliest of those with one. (min() of two
+-- values is NULL if either is: each stands in for the other.)
+SELECT min(coalesce(a, b), coalesce(b, a)) FROM (SELECT
+  (SELECT cancel_after FROM lapse_orders o
+   WHERE status = 'PENDING' AND (?1 = 0 OR payment_attempts = 0)
+     AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id AND f.event = 'cancelled')
+   ORDER BY cancel_after LIMIT 1) AS a,
+  (SELECT min(max(o.cancel_after, f.next_at)) FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+   WHERE f.event = 'cancelled' AND o.status = 'PENDING' AND (?1 = 0 OR o.payment_attempts = 0)) AS b);
 
 -- name: pending_deadlines
 SELECT id, cancel_after FROM lapse_orders
@@ -446,6 +459,36 @@ SELECT order_id FROM lapse_payments WHERE payment_id = ?1 ORDER BY order_id LIMI
 -- name: count_status
 -- ?1 status, ?2 the cap: at most ?2 entries of (status, cancel_after).
 SELECT COUNT(*) FROM (SELECT 1 FROM lapse_orders WHERE status = ?1 LIMIT ?2);
+
+-- name: hook_failure_note
+-- One more failure of a hook: ?1 order id, ?2 event, ?3 error, ?4 now (the
+-- first failure makes the record; next_at is set right after by
+-- hook_failure_retry).
+INSERT INTO lapse_hook_failures (order_id, event, attempts, last_error, first_failed_at, last_failed_at, next_at)
+VALUES (?1, ?2, 1, ?3, ?4, ?4, ?4)
+ON CONFLICT (order_id, event) DO UPDATE
+SET attempts = attempts + 1, last_error = excluded.last_error, last_failed_at = excluded.last_failed_at
+RETURNING attempts, first_failed_at;
+
+-- name: hook_failure_retry
+UPDATE lapse_hook_failures SET next_at = ?3 WHERE order_id = ?1 AND event = ?2;
+
+-- name: hook_failures_clear
+-- The records of orders whose hook held (?1, a JSON array of ids), in the
+-- transaction that made their transition.
+DELETE FROM lapse_hook_failures WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: hook_failures
+-- The records of orders still PENDING, oldest first failure first (?1 at most).
+SELECT f.order_id, f.event, f.attempts, f.last_error, f.first_failed_at, f.last_failed_at, f.next_at
+FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+WHERE o.status = 'PENDING'
+ORDER BY f.first_failed_at, f.order_id
+LIMIT ?1;
+
+-- name: count_hook_failing
+SELECT count(*) FROM (SELECT 1 FROM lapse_hook_failures f JOIN lapse_orders o ON o.id = f.order_id
+                      WHERE o.status = 'PENDING' LIMIT ?1);
 
 -- name: count_refund_required
 -- The lapse_orders_refund_required partial index holds flagged orders only.

@@ -74,6 +74,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("creates, buyer cancels and timeouts on shared SKUs never deadlock", func(t *testing.T) { testNoDeadlocks(t, newStore) })
 	t.Run("payment attempts: each report acts on the attempt it names", func(t *testing.T) { testPaymentAttempts(t, newStore) })
 	t.Run("the next deadline skips what the claim skips; a claim never reaches past now", func(t *testing.T) { testClaimAgreesWithNextDeadline(t, newStore) })
+	t.Run("a failing hook's record backs its order off the claim, and the audit warns of it", func(t *testing.T) { testHookFailures(t, newStore) })
 	exerciseMoney(t, newStore)
 }
 
