@@ -502,4 +502,10 @@ func testCommandAudit(t *testing.T, newStore Factory) {
 	unanswered, dead, _ = audit(time.Second)
 	named(unanswered, "order ", "u-silent", "u-purged", "u-paying-silent")
 	named(dead, "command ")
+
+	// The dashboard counts the CANCELLING orders.
+	ov, err := s.Overview(ctx, store.OverviewParams{})
+	if err != nil || ov.ByStatus[order.Cancelling] != 2 || ov.ByStatus[order.Paying] != 2 || ov.ByStatus[order.Cancelled] != 2 {
+		t.Fatalf("overview: %v, %v; want 2 CANCELLING, 2 PAYING, 2 CANCELLED", ov.ByStatus, err)
+	}
 }
