@@ -165,20 +165,23 @@ func ViewEvent(d store.EventDelivery) (EventView, error) {
 	return v, nil
 }
 
-// validSinkFilter checks a sink name given to narrow a listing or a retry
-// ("" for every sink): text a store can compare, of a sane length. A name
-// no sink has matches nothing, as a filter should.
 // validRetry checks what an operator's retry of dead work (events, stock
-// tasks) names: ids, at most max and each an id, or every dead one — one of
-// the two.
+// tasks, cancel commands) names: ids, at most max and each an id, or every
+// dead one — one of the two.
 func validRetry(what string, ids []string, allDead bool, max int, narrower string) error {
+	return validDead("retry", what, ids, allDead, max, narrower)
+}
+
+// validDead checks what an operator's verb (retry, purge) on dead work
+// names; see validRetry.
+func validDead(verb, what string, ids []string, allDead bool, max int, narrower string) error {
 	switch {
 	case len(ids) == 0 && !allDead:
-		return invalid("ids", "name the %ss to retry, or retry every dead one", what)
+		return invalid("ids", "name the %ss to %s, or %s every dead one", what, verb, verb)
 	case len(ids) > 0 && allDead:
-		return invalid("ids", "name the %ss to retry or retry every dead one, not both", what)
+		return invalid("ids", "name the %ss to %s or %s every dead one, not both", what, verb, verb)
 	case len(ids) > max:
-		return invalid("ids", "at most %d %s ids per retry (retry every dead one%s instead)", max, what, narrower)
+		return invalid("ids", "at most %d %s ids per %s (%s every dead one%s instead)", max, what, verb, verb, narrower)
 	}
 	for i, id := range ids {
 		if id == "" || len(id) > maxIDLen || !plainText(id) {
@@ -196,6 +199,9 @@ func article(word string) string {
 	return ""
 }
 
+// validSinkFilter checks a sink name given to narrow a listing or a retry
+// ("" for every sink): text a store can compare, of a sane length. A name
+// no sink has matches nothing, as a filter should.
 func validSinkFilter(field, sink string) error {
 	if len(sink) > maxSinkLen || !plainText(sink) {
 		return invalid(field, "want a sink name: at most %d characters of UTF-8 text", maxSinkLen)

@@ -30,14 +30,8 @@ type TaskPage struct {
 // looking at what the inventory has not applied (GET /v1/tasks). A zero
 // p.Limit is DefaultTasksLimit; p.After is the NextAfter of the previous page.
 func (s *Service) ListTasks(ctx context.Context, p store.ListTasksParams) (TaskPage, error) {
-	if p.Limit < 0 || p.Limit > MaxTasksLimit {
-		return TaskPage{}, invalid("limit", "must be between 1 and %d", MaxTasksLimit)
-	}
-	if len(p.After) > maxIDLen || !plainText(p.After) {
-		return TaskPage{}, invalid("after", "want the next_after of the previous page")
-	}
-	if p.OrderID != "" && (len(p.OrderID) > maxIDLen || !idRE.MatchString(p.OrderID)) {
-		return TaskPage{}, invalid("order_id", "want an order id")
+	if err := validPage(p, MaxTasksLimit); err != nil {
+		return TaskPage{}, err
 	}
 	return PageTasks(ctx, s.store, p)
 }

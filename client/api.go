@@ -336,6 +336,78 @@ func (c *Client) RetryTasks(ctx context.Context, r RetryTasks) (int64, error) {
 	return out.Retried, err
 }
 
+// ListCommands selects the cancel commands of order-service mode (GET
+// /v1/commands), in id order.
+type ListCommands struct {
+	Dead    bool   // only the DEAD ones
+	OrderID string // every command of this order, DONE ones too
+	Limit   int    // 1-500; 0 for the server's (100)
+	After   string // the NextAfter of the previous page
+}
+
+// CommandPage is a page of cancel commands.
+type CommandPage struct {
+	Commands []order.Command `json:"commands"`
+	// NextAfter is the After of the next page; "" on the last page.
+	NextAfter string `json:"next_after,omitempty"`
+}
+
+// ListCommands returns one page of the cancel commands the order service
+// has not answered for good.
+func (c *Client) ListCommands(ctx context.Context, p ListCommands) (CommandPage, error) {
+	params := &gen.ListCommandsParams{OrderId: optional(p.OrderID), Limit: optionalInt(p.Limit), After: optional(p.After)}
+	if p.Dead {
+		params.Dead = &p.Dead
+	}
+	var page CommandPage
+	err := c.do(ctx, call{op: "GET /v1/commands", want: http.StatusOK, out: &page, retry: true,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.ListCommands(ctx, params) }})
+	return page, err
+}
+
+// DeadCommands names DEAD cancel commands to retry or purge: IDs, or with
+// AllDead every DEAD one (exactly one of the two).
+type DeadCommands struct {
+	IDs     []string
+	AllDead bool
+}
+
+func (d DeadCommands) body() gen.DeadCommands {
+	var body gen.DeadCommands
+	if d.IDs != nil {
+		body.Ids = &d.IDs
+	}
+	if d.AllDead {
+		dead := gen.DeadCommandsDead(true)
+		body.Dead = &dead
+	}
+	return body
+}
+
+// RetryCommands makes DEAD cancel commands due again at once, each with its
+// own id, and returns how many.
+func (c *Client) RetryCommands(ctx context.Context, d DeadCommands) (int64, error) {
+	body := d.body()
+	var out struct {
+		Retried int64 `json:"retried"`
+	}
+	err := c.do(ctx, call{op: "POST /v1/commands/retry", want: http.StatusOK, out: &out,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.RetryCommands(ctx, body) }})
+	return out.Retried, err
+}
+
+// PurgeCommands deletes DEAD cancel commands and returns how many. Their
+// orders stay CANCELLING, and the audit goes on reporting them.
+func (c *Client) PurgeCommands(ctx context.Context, d DeadCommands) (int64, error) {
+	body := d.body()
+	var out struct {
+		Purged int64 `json:"purged"`
+	}
+	err := c.do(ctx, call{op: "POST /v1/commands/purge", want: http.StatusOK, out: &out,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.PurgeCommands(ctx, body) }})
+	return out.Purged, err
+}
+
 // Healthz checks that the server answers (GET /healthz).
 func (c *Client) Healthz(ctx context.Context) error {
 	return c.do(ctx, call{op: "GET /healthz", want: http.StatusOK, retry: true,

@@ -23,11 +23,14 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/inventory/inventorytest"
 	"github.com/lapsehq/lapse/inventory/reference"
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/store"
+	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/timer/memory"
 )
@@ -47,6 +50,11 @@ type envConfig struct {
 	inventory inventory.Client
 	// wrap, when set, wraps the API's handler (outside the request check).
 	wrap func(http.Handler) http.Handler
+	// postgres runs the service on PostgreSQL (LAPSE_TEST_POSTGRES, a
+	// schema of its own) instead of SQLite.
+	postgres bool
+	// orderService, when set, owns the orders (lapse.Config.OrderService).
+	orderService ordersvc.Client
 }
 
 // newEnv serves a real Service on a SQLite store over HTTP, as lapse serve
@@ -55,7 +63,13 @@ type envConfig struct {
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
+	var st store.Store
+	var err error
+	if cfg.postgres {
+		st, err = postgres.Open(ctx, postgres.Config{URL: testdb.PostgresSchema(t)})
+	} else {
+		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +78,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	svc, err := lapse.New(lapse.Config{Store: st, Scheduler: memory.New(memory.Config{}), Logger: discard, Inventory: cfg.inventory,
-		Tasks: inventory.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}})
+		Tasks:        inventory.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond},
+		OrderService: cfg.orderService,
+		Commands:     ordersvc.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,13 +111,19 @@ func limitParam(q url.Values, max int) (int, error) {
 // retrySelection checks the body of an operators' retry of dead work:
 // {"ids": […]} or {"dead": true}, one of the two.
 func retrySelection(what string, ids []string, dead *bool) error {
+	return deadSelection("retry", what, ids, dead)
+}
+
+// deadSelection checks the body of an operators' verb (retry, purge) on
+// dead work; see retrySelection.
+func deadSelection(verb, what string, ids []string, dead *bool) error {
 	switch {
 	case dead != nil && !*dead:
-		return badRequest("invalid_field", "dead: want true (retry every dead %s), or leave it out and give ids", what)
+		return badRequest("invalid_field", "dead: want true (%s every dead %s), or leave it out and give ids", verb, what)
 	case ids != nil && dead != nil:
 		return badRequest("invalid_field", "give ids or dead, not both")
 	case ids == nil && dead == nil:
-		return badRequest("invalid_field", "give ids (the %ss to retry) or dead: true (every dead %s)", what, what)
+		return badRequest("invalid_field", "give ids (the %ss to %s) or dead: true (every dead %s)", what, verb, what)
 	}
 	return nil
 }

@@ -111,6 +111,9 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("POST /v1/events/retry", takesBody, s.retryEvents)
 	v1("GET /v1/tasks", noBody, s.listTasks)
 	v1("POST /v1/tasks/retry", takesBody, s.retryTasks)
+	v1("GET /v1/commands", noBody, s.listCommands)
+	v1("POST /v1/commands/retry", takesBody, s.retryCommands)
+	v1("POST /v1/commands/purge", takesBody, s.purgeCommands)
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	for _, n := range opts.Notifiers {
 		mux.Handle("POST /v1/payments/notify/"+n.Name(), s.gatewayNotify(n))

@@ -32,6 +32,7 @@ type orderJSON struct {
 	Payments        *[]paymentJSON `json:"payments,omitempty"`
 	ReservationID   string         `json:"reservation_id,omitempty"`
 	Tasks           *[]taskJSON    `json:"tasks,omitempty"`
+	Commands        []commandJSON  `json:"commands,omitempty"`
 }
 
 // taskJSON is the wire shape of a stock task.
@@ -100,6 +101,75 @@ func (t *StockTask) fromWire(j taskJSON) error {
 	return nil
 }
 
+// commandJSON is the wire shape of a cancel command of order-service mode.
+type commandJSON struct {
+	ID          string     `json:"id"`
+	OrderID     string     `json:"order_id"`
+	CancelAfter string     `json:"cancel_after"`
+	Status      TaskStatus `json:"status"`
+	Attempts    int        `json:"attempts"`
+	Result      string     `json:"result,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	CreatedAt   string     `json:"created_at"`
+	NextAt      string     `json:"next_at,omitempty"`
+	DoneAt      string     `json:"done_at,omitempty"`
+	DeadAt      string     `json:"dead_at,omitempty"`
+}
+
+// MarshalJSON renders the API shape of a command.
+func (c Command) MarshalJSON() ([]byte, error) { return json.Marshal(c.wire()) }
+
+func (c Command) wire() commandJSON {
+	j := commandJSON{ID: c.ID, OrderID: c.OrderID, CancelAfter: FormatTime(c.CancelAfter), Status: c.Status,
+		Attempts: c.Attempts, Result: c.Result, LastError: c.LastError, CreatedAt: FormatTime(c.CreatedAt)}
+	if c.Status == TaskPending && !c.NextAt.IsZero() {
+		j.NextAt = FormatTime(c.NextAt)
+	}
+	if !c.DoneAt.IsZero() {
+		j.DoneAt = FormatTime(c.DoneAt)
+	}
+	if !c.DeadAt.IsZero() {
+		j.DeadAt = FormatTime(c.DeadAt)
+	}
+	return j
+}
+
+// UnmarshalJSON reads the API shape of a command.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var j commandJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	return c.fromWire(j)
+}
+
+func (c *Command) fromWire(j commandJSON) error {
+	*c = Command{ID: j.ID, OrderID: j.OrderID, Status: j.Status, Attempts: j.Attempts, Result: j.Result, LastError: j.LastError}
+	return parseTimes(
+		timeField{&c.CancelAfter, j.CancelAfter}, timeField{&c.CreatedAt, j.CreatedAt},
+		timeField{&c.NextAt, j.NextAt}, timeField{&c.DoneAt, j.DoneAt}, timeField{&c.DeadAt, j.DeadAt})
+}
+
+// timeField is a time read from its wire text ("" leaves it zero).
+type timeField struct {
+	dst *time.Time
+	src string
+}
+
+func parseTimes(fs ...timeField) error {
+	for _, f := range fs {
+		if f.src == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, f.src)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	return nil
+}
+
 // paymentJSON is the wire shape of a payment attempt.
 type paymentJSON struct {
 	PaymentID   string        `json:"payment_id"`
@@ -125,6 +195,9 @@ func (o Order) MarshalJSON() ([]byte, error) {
 			ts[i] = t.wire()
 		}
 		j.Tasks = &ts
+	}
+	for _, c := range o.Commands {
+		j.Commands = append(j.Commands, c.wire())
 	}
 	if j.Items == nil {
 		j.Items = []Item{}
@@ -171,6 +244,13 @@ func (o *Order) UnmarshalJSON(b []byte) error {
 				return err
 			}
 		}
+	}
+	for _, c := range j.Commands {
+		var cmd Command
+		if err := cmd.fromWire(c); err != nil {
+			return err
+		}
+		o.Commands = append(o.Commands, cmd)
 	}
 	type field struct {
 		dst *time.Time

@@ -83,6 +83,10 @@ type Order struct {
 	// Tasks are the stock tasks of an order with a ReservationID, oldest
 	// first; only reads of one order load them.
 	Tasks []StockTask
+	// Commands are the cancel commands of order-service mode written for
+	// the order (one per deadline it reached), in id order; only reads of
+	// one order load them, and only an order that has any has them.
+	Commands []Command
 }
 
 // RemoteStock reports whether another service holds the order's stock:

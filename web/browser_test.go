@@ -353,6 +353,10 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("overview stuck %s = %q, want %s", name, got, want)
 		}
 	}
+	// Without an order service: no CANCELLING count, no commands card, no link.
+	if n := count(`#counts [data-status="CANCELLING"], #commands, nav a[href^="/ui/commands"]`); n != 0 {
+		t.Errorf("order-service mode's parts on the overview without an order service: %d", n)
+	}
 	var width int
 	get(`Math.round(document.querySelector('#chart-lateness canvas').getBoundingClientRect().width)`, &width)
 	if width <= 0 {

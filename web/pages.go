@@ -176,6 +176,7 @@ type overviewView struct {
 	base
 	Counts       []statusCount
 	Stuck        []statusCount
+	Commands     *commandsCard
 	Health       []healthItem
 	Audit        *auditResult
 	ChartData    string
@@ -191,8 +192,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 		return err
 	}
 	v := overviewView{base: h.base(r, s, "Overview"), Now: ov.Now}
-	for _, status := range []order.Status{order.Pending, order.Paying, order.Paid, order.Cancelled} {
+	for _, status := range []order.Status{order.Pending, order.Paying, order.Cancelling, order.Paid, order.Cancelled} {
 		n := ov.ByStatus[status]
+		if status == order.Cancelling && n == 0 && !v.Commanded {
+			continue // order-service mode's: shown where it is used
+		}
 		v.Counts = append(v.Counts, statusCount{Status: string(status), N: n, Capped: n >= ov.CountCap, Link: "/ui/orders?status=" + string(status)})
 	}
 	v.Stuck = append(v.Stuck,
@@ -213,6 +217,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 	}
 	v.Stuck = append(v.Stuck, statusCount{Status: "dead stock tasks", N: ts.Dead, Link: "/ui/tasks?dead=1"},
 		statusCount{Status: "hook failures", N: ov.HookFailing, Capped: ov.HookFailing >= ov.CountCap, Link: "/ui/hook-failures"})
+	if v.Commanded {
+		cs, err := st.CommandStats(ctx)
+		if err != nil {
+			return err
+		}
+		v.Commands = newCommandsCard(cs)
+	}
 	v.Health = h.health(ctx)
 	h.lastMu.Lock()
 	v.Audit = h.lastAudit
@@ -490,6 +501,11 @@ func timeline(o order.Order, evs []order.Event) []timelineEntry {
 		add(tk.DoneAt, "stock task "+string(tk.Action)+" done: "+tk.Result)
 		add(tk.DeadAt, "stock task "+string(tk.Action)+" DEAD: "+tk.LastError)
 	}
+	for _, c := range o.Commands {
+		add(c.CreatedAt, "cancel command written (CANCELLING)")
+		add(c.DoneAt, "cancel command answered: "+c.Result)
+		add(c.DeadAt, "cancel command DEAD: "+c.LastError)
+	}
 	for _, ev := range evs {
 		add(ev.CreatedAt, "event "+ev.Type+" written (seq "+strconv.FormatInt(ev.Seq, 10)+")")
 	}
@@ -577,7 +593,29 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 	return nil
 }
 
-// ---- SKUs, events, tasks
+// commandsCard is the overview's view of order-service mode's cancel
+// commands: the backlog, the DEAD ones, and how long the oldest has waited.
+type commandsCard struct {
+	Pending, Dead int64
+	// Oldest is the age of the oldest PENDING command, "—" when none.
+	Oldest string
+	// Late: the oldest has waited more than a minute.
+	Late bool
+}
+
+func newCommandsCard(st store.TaskStats) *commandsCard {
+	c := &commandsCard{Pending: st.Pending, Dead: st.Dead, Oldest: "—"}
+	if !st.OldestPending.IsZero() {
+		age := max(st.Now.Sub(st.OldestPending), 0)
+		c.Oldest, c.Late = age.Round(time.Second).String(), age > time.Minute
+		if age < time.Second {
+			c.Oldest = age.Round(time.Millisecond).String()
+		}
+	}
+	return c
+}
+
+// ---- SKUs, events, tasks, commands
 
 type skusView struct {
 	base
@@ -655,4 +693,27 @@ func (h *Handler) hookFailures(w http.ResponseWriter, r *http.Request, s session
 		return err
 	}
 	return h.render(w, "hookfailures", hookFailuresView{base: h.base(r, s, "Hook failures"), Failures: fs})
+}
+
+type commandsView struct {
+	base
+	Commands []order.Command
+	Dead     bool
+	Next     string
+}
+
+// commands lists order-service mode's cancel commands: not DONE, or with
+// dead=1 the DEAD ones. Read-only, as the tasks' and events' lists: an
+// operator sends them again or purges them through the API.
+func (h *Handler) commands(w http.ResponseWriter, r *http.Request, s session) error {
+	dead := r.URL.Query().Get("dead") == "1"
+	page, err := h.svc.ListCommands(r.Context(), store.ListTasksParams{Dead: dead, After: r.URL.Query().Get("after"), Limit: 100})
+	if err != nil {
+		return err
+	}
+	v := commandsView{base: h.base(r, s, "Cancel commands"), Commands: page.Commands, Dead: dead}
+	if page.NextAfter != "" {
+		v.Next = "/ui/commands?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(page.NextAfter)
+	}
+	return h.render(w, "commands", v)
 }

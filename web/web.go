@@ -150,6 +150,7 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /ui/events", h.events)
 	page("GET /ui/tasks", h.tasks)
 	page("GET /ui/hook-failures", h.hookFailures)
+	page("GET /ui/commands", h.commands)
 	h.mux = mux
 	return h, nil
 }
@@ -307,17 +308,20 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s session, status
 
 // base is what every page's layout shows.
 type base struct {
-	Title     string
-	Nav       string
-	CSRF      string
-	LoggedIn  bool // with a token: show the logout button
-	Flash     string
-	Remote    bool
+	Title    string
+	Nav      string
+	CSRF     string
+	LoggedIn bool // with a token: show the logout button
+	Flash    string
+	Remote   bool
+	// Commanded: an order service owns the orders (order-service mode).
+	Commanded bool
 	ServerNow time.Time
 }
 
 func (h *Handler) base(r *http.Request, s session, title string) base {
-	b := base{Title: title, Nav: title, LoggedIn: h.keys.has && s.authed, Remote: h.svc.Config().Inventory != nil, ServerNow: h.now().UTC()}
+	b := base{Title: title, Nav: title, LoggedIn: h.keys.has && s.authed, Remote: h.svc.Config().Inventory != nil,
+		Commanded: h.svc.HasOrderService(), ServerNow: h.now().UTC()}
 	if s.id != nil {
 		b.CSRF = h.keys.csrf(s)
 	}
@@ -349,7 +353,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
 	return err
 }
 
-var pageNames = []string{"overview", "orders", "order", "confirm", "skus", "events", "tasks", "hookfailures", "login", "error"}
+var pageNames = []string{"overview", "orders", "order", "confirm", "skus", "events", "tasks", "hookfailures", "commands", "login", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

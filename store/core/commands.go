@@ -271,6 +271,34 @@ func (s *Store) ListCommands(ctx context.Context, p store.ListTasksParams) ([]or
 	return out, nil
 }
 
+// orderCommands loads the commands of o, if it has any: one probe of the
+// lapse_order_commands_order index. Whether an order was commanded is not
+// recorded on it (it may be PAYING, PAID or CANCELLED since), so a read asks
+// — except for the reads that matter most, a PENDING order's while it is
+// being paid: a command is written only as an order becomes CANCELLING, and
+// the one way back to PENDING from there (PAYING on a paying answer, then
+// its attempt FAILED) counts a failed attempt, so a PENDING order without
+// one was never commanded. A driver without order-service mode has none to
+// load.
+func (s *Store) orderCommands(ctx context.Context, o *order.Order) error {
+	ce, ok := s.d.(CommandExecutor)
+	if !ok || (o.Status == order.Pending && o.PaymentAttempts == 0) {
+		return nil
+	}
+	cs, err := ce.ListCommands(ctx, store.ListTasksParams{OrderID: o.ID, Limit: maxOrderCommands})
+	if err != nil {
+		return fmt.Errorf("read commands: %w", err)
+	}
+	if len(cs) > 0 {
+		o.Commands = cs
+	}
+	return nil
+}
+
+// maxOrderCommands bounds the commands a read of one order lists: one per
+// deadline the order reached, and a deadline moves only while it is PENDING.
+const maxOrderCommands = 20
+
 // RetryCommands implements store.Commands.
 func (s *Store) RetryCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
 	return s.operateCommands(ctx, p, "retry", func(ce CommandExecutor, now time.Time) (int64, error) {

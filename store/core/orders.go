@@ -137,6 +137,9 @@ func (s *Store) GetOrder(ctx context.Context, id string) (order.Order, error) {
 	if err == nil {
 		err = s.orderTasks(ctx, &o)
 	}
+	if err == nil {
+		err = s.orderCommands(ctx, &o)
+	}
 	if err != nil {
 		return order.Order{}, fmt.Errorf("get order %s: %w", id, err)
 	}

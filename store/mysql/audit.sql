@@ -148,3 +148,31 @@ SELECT CONCAT('task ', id, ' (', action, ' of order ', order_id, '): ', status, 
 FROM lapse_stock_tasks
 WHERE status = 'DEAD'
    OR (status = 'PENDING' AND since < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND);
+
+-- name: commanded_unanswered
+-- Order-service mode: a deadline past due (beyond the allowed lag) with no
+-- final answer. CANCELLING: the command is failing, DEAD or purged. PAYING
+-- with its command DEAD, or PENDING after a send that got no answer (the
+-- order service said paying, then stopped answering). PAYING whose last
+-- answer is paying waits for a payment in flight: paying_past_deadline warns.
+SELECT CONCAT('order ', o.id, ': ', o.status, ', cancel_after ', o.cancel_after, ' is ',
+              TIMESTAMPDIFF(MICROSECOND, o.cancel_after, @now) DIV 1000, ' ms ago; ',
+              CASE WHEN c.id IS NULL THEN 'no command (purged?)'
+                   ELSE CONCAT('command ', c.id, ' ', c.status, ' after ', c.attempts, ' attempts',
+                               CASE WHEN c.result != '' THEN CONCAT(', last answer ', c.result) ELSE '' END,
+                               CASE WHEN c.last_error != '' THEN CONCAT(', last error: ', c.last_error) ELSE '' END)
+              END) AS detail
+FROM lapse_orders o
+LEFT JOIN lapse_order_commands c ON c.order_id = o.id AND c.cancel_after = o.cancel_after
+WHERE o.status IN ('CANCELLING', 'PAYING')
+  AND o.cancel_after < CAST(@now AS DATETIME(3)) - INTERVAL (@lag_ms * 1000) MICROSECOND
+  AND (o.status = 'CANCELLING' OR c.status = 'DEAD' OR (c.status = 'PENDING' AND c.result != 'paying'));
+
+-- name: warn_commands_dead
+-- DEAD commands wait for an operator: POST /v1/commands/retry sends them
+-- again, /purge gives up on them (their orders then stay CANCELLING).
+SELECT CONCAT('command ', id, ' (order ', order_id, ', cancel_after ', cancel_after, '): DEAD after ', attempts,
+              ' attempts, ', TIMESTAMPDIFF(MICROSECOND, COALESCE(dead_at, created_at), @now) DIV 1000, ' ms ago',
+              CASE WHEN result != '' THEN CONCAT('; answer ', result) ELSE '' END,
+              CASE WHEN last_error != '' THEN CONCAT('; last error: ', last_error) ELSE '' END) AS detail
+FROM lapse_order_commands WHERE status = 'DEAD';

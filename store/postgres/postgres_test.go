@@ -280,6 +280,9 @@ func TestAuditDetectsViolations(t *testing.T) {
 		{Check: "refund_matches_payments", SQL: `UPDATE lapse_orders SET refund_required = true WHERE status = 'PAID'`},
 		{Check: "events_once_per_transition", SQL: `DELETE FROM lapse_outbox WHERE type = 'order.paid'`},
 		{Check: "pending_past_deadline", SQL: `UPDATE lapse_orders SET cancel_after = 'epoch' WHERE id = 'open'`},
+		{Check: "commanded_unanswered", SQL: `UPDATE lapse_orders SET status = 'CANCELLING', cancel_after = 'epoch' WHERE id = 'open'`},
+		{Check: "commands_dead", Warning: true, SQL: `INSERT INTO lapse_order_commands (id, order_id, cancel_after, status, next_at, since, created_at, dead_at, last_error)
+			VALUES ('cmd_x', 'open', now(), 'DEAD', now(), now(), now(), now(), '400 Bad Request')`},
 	}
 	var handles sync.Map // store → what exec needs to reach its database
 	factory := func(t *testing.T, clk clock.Clock) store.Store {

@@ -149,3 +149,33 @@ SELECT 'task ' || id || ' (' || action || ' of order ' || order_id || '): ' || s
        || CASE WHEN last_error != '' THEN '; last error: ' || last_error ELSE '' END AS detail
 FROM lapse_stock_tasks
 WHERE status = 'DEAD' OR (status = 'PENDING' AND since + ?2 < ?1);
+
+-- name: commanded_unanswered
+-- Order-service mode: a deadline past due (beyond the allowed lag) with no
+-- final answer. CANCELLING: the command is failing, DEAD or purged. PAYING
+-- with its command DEAD, or PENDING after a send that got no answer (the
+-- order service said paying, then stopped answering). PAYING whose last
+-- answer is paying waits for a payment in flight: paying_past_deadline warns.
+SELECT 'order ' || o.id || ': ' || o.status || ', cancel_after '
+       || strftime('%Y-%m-%dT%H:%M:%fZ', o.cancel_after / 1000.0, 'unixepoch') || ' is ' || (?1 - o.cancel_after)
+       || ' ms ago; '
+       || CASE WHEN c.id IS NULL THEN 'no command (purged?)'
+               ELSE 'command ' || c.id || ' ' || c.status || ' after ' || c.attempts || ' attempts'
+                    || CASE WHEN c.result != '' THEN ', last answer ' || c.result ELSE '' END
+                    || CASE WHEN c.last_error != '' THEN ', last error: ' || c.last_error ELSE '' END
+          END AS detail
+FROM lapse_orders o
+LEFT JOIN lapse_order_commands c ON c.order_id = o.id AND c.cancel_after = o.cancel_after
+WHERE o.status IN ('CANCELLING', 'PAYING')
+  AND o.cancel_after < ?1 - ?2
+  AND (o.status = 'CANCELLING' OR c.status = 'DEAD' OR (c.status = 'PENDING' AND c.result != 'paying'));
+
+-- name: warn_commands_dead
+-- DEAD commands wait for an operator: POST /v1/commands/retry sends them
+-- again, /purge gives up on them (their orders then stay CANCELLING).
+SELECT 'command ' || id || ' (order ' || order_id || ', cancel_after '
+       || strftime('%Y-%m-%dT%H:%M:%fZ', cancel_after / 1000.0, 'unixepoch') || '): DEAD after '
+       || attempts || ' attempts, ' || (?1 - COALESCE(dead_at, created_at)) || ' ms ago'
+       || CASE WHEN result != '' THEN '; answer ' || result ELSE '' END
+       || CASE WHEN last_error != '' THEN '; last error: ' || last_error ELSE '' END AS detail
+FROM lapse_order_commands WHERE status = 'DEAD';

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func exerciseCommands(t *testing.T, newStore Factory) {
 	t.Run("commands: failures back off, a stale claim cannot settle, the dead are retried or purged", func(t *testing.T) { testCommandLifecycle(t, newStore) })
 	t.Run("commands: the claim mode takes due orders, and concurrent dispatchers never hold one command twice", func(t *testing.T) { testCommandClaims(t, newStore) })
 	t.Run("commands: an answer that contradicts a payment lapse recorded is a conflict, never a transition", func(t *testing.T) { testCommandConflict(t, newStore) })
+	t.Run("commands: the audit reports an order past its deadline with no final answer, and DEAD commands", func(t *testing.T) { testCommandAudit(t, newStore) })
 }
 
 // CreateCommanded registers an order of order-service mode: no items, no
@@ -375,4 +377,135 @@ func testCommandConflict(t *testing.T, newStore Factory) {
 		t.Fatalf("a contradicting answer moved the order to %s", got.Status)
 	}
 	AuditOK(t, s)
+}
+
+func testCommandAudit(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	ids := []string{"u-silent", "u-dead", "u-paying", "u-paying-silent", "u-done", "u-purged"}
+	for _, id := range ids {
+		CreateCommanded(t, s, id)
+	}
+	clk.Advance(timeout + grace)
+	commandDue(t, s, ids...)
+	by := map[string]store.ClaimedCommand{}
+	for _, c := range claimCommands(t, s, 10, time.Minute) {
+		by[c.OrderID] = c
+	}
+	if len(by) != len(ids) {
+		t.Fatalf("claimed %d commands, want %d", len(by), len(ids))
+	}
+	failed := func(c store.ClaimedCommand, retryIn time.Duration) store.CommandOutcome {
+		return store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts, Error: "503 Service Unavailable", RetryIn: retryIn}
+	}
+	paying := func(c store.ClaimedCommand, retryIn time.Duration) store.CommandOutcome {
+		o := answer(c, ordersvc.Paying)
+		o.RetryIn = retryIn
+		return o
+	}
+	refused := failed(by["u-purged"], 0)
+	refused.Error, refused.Dead = "400 Bad Request", true
+	settleCommands(t, s, failed(by["u-silent"], time.Hour), answer(by["u-dead"], ordersvc.NotFound),
+		paying(by["u-paying"], 10*time.Second), paying(by["u-paying-silent"], 10*time.Second),
+		answer(by["u-done"], ordersvc.Cancelled), refused)
+	if n, err := s.PurgeCommands(ctx, store.RetryTasksParams{IDs: []string{by["u-purged"].ID}}); err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v", n, err)
+	}
+	// Asked again: one order service still says paying, the other no longer answers.
+	clk.Advance(10 * time.Second)
+	again := map[string]store.ClaimedCommand{}
+	for _, c := range claimCommands(t, s, 10, time.Minute) {
+		again[c.OrderID] = c
+	}
+	if len(again) != 2 || again["u-paying"].ID == "" || again["u-paying-silent"].ID == "" {
+		t.Fatalf("asked again: %v, want the two paying orders", again)
+	}
+	settleCommands(t, s, paying(again["u-paying"], 2*time.Hour), failed(again["u-paying-silent"], 2*time.Hour))
+	// A read of one order carries its commands, and only then.
+	if cs := get(t, s, "u-done").Commands; len(cs) != 1 || cs[0].ID != by["u-done"].ID || cs[0].Status != order.TaskDone || cs[0].Result != string(ordersvc.Cancelled) {
+		t.Fatalf("u-done's commands: %+v, want its one command DONE", cs)
+	}
+	if cs := get(t, s, "u-purged").Commands; cs != nil {
+		t.Fatalf("u-purged's commands after the purge: %+v, want none", cs)
+	}
+
+	audit := func(lag time.Duration) (unanswered, dead store.AuditCheck, ok bool) {
+		t.Helper()
+		rep, err := s.Audit(ctx, store.AuditParams{AllowedLag: lag, MaxExamples: 20})
+		if err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+		for _, c := range rep.Checks {
+			switch c.Name {
+			case "commanded_unanswered":
+				unanswered = c
+			case "commands_dead":
+				dead = c
+			}
+		}
+		if unanswered.Name == "" || dead.Name == "" {
+			t.Fatalf("the audit has no check commanded_unanswered and warning commands_dead: %+v", rep.Checks)
+		}
+		if unanswered.Warning || !dead.Warning {
+			t.Fatalf("commanded_unanswered warning=%v, commands_dead warning=%v: want a violation and a warning", unanswered.Warning, dead.Warning)
+		}
+		return unanswered, dead, rep.OK()
+	}
+	named := func(c store.AuditCheck, prefix string, want ...string) {
+		t.Helper()
+		var got []string
+		for _, ex := range c.Examples {
+			for _, id := range want {
+				if strings.HasPrefix(ex, prefix+id+" ") || strings.HasPrefix(ex, prefix+id+":") {
+					got = append(got, id)
+				}
+			}
+		}
+		slices.Sort(got)
+		want = slices.Sorted(slices.Values(want))
+		if c.Count != int64(len(want)) || !slices.Equal(got, want) {
+			t.Errorf("%s: %d finding(s) naming %v, want %v: %q", c.Name, c.Count, got, want, c.Examples)
+		}
+	}
+
+	// Within the allowed lag the deadlines are not late yet; the DEAD
+	// command is a warning whatever its age.
+	unanswered, dead, ok := audit(time.Hour)
+	if !ok || unanswered.Count != 0 {
+		t.Fatalf("within the allowed lag: ok %v, commanded_unanswered %d %q", ok, unanswered.Count, unanswered.Examples)
+	}
+	named(dead, "command ", by["u-dead"].ID)
+	if !strings.Contains(dead.Examples[0], "u-dead") {
+		t.Errorf("commands_dead does not name the order: %q", dead.Examples[0])
+	}
+
+	// Past it: CANCELLING with its command failing, DEAD or purged, and
+	// PAYING whose order service stopped answering, are violations; PAYING
+	// still answered paying, and an order answered for good, are not.
+	unanswered, dead, ok = audit(time.Second)
+	if ok {
+		t.Fatal("the audit passed with deadlines past due and no final answer")
+	}
+	named(unanswered, "order ", "u-silent", "u-dead", "u-purged", "u-paying-silent")
+	named(dead, "command ", by["u-dead"].ID)
+
+	// The DEAD command sent again and answered: its order is off both lists.
+	if n, err := s.RetryCommands(ctx, store.RetryTasksParams{AllDead: true}); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	retried := claimCommands(t, s, 10, time.Minute)
+	if len(retried) != 1 || retried[0].OrderID != "u-dead" {
+		t.Fatalf("claimed after the retry: %+v, want u-dead's command", retried)
+	}
+	settleCommands(t, s, answer(retried[0], ordersvc.AlreadyCancelled))
+	unanswered, dead, _ = audit(time.Second)
+	named(unanswered, "order ", "u-silent", "u-purged", "u-paying-silent")
+	named(dead, "command ")
+
+	// The dashboard counts the CANCELLING orders.
+	ov, err := s.Overview(ctx, store.OverviewParams{})
+	if err != nil || ov.ByStatus[order.Cancelling] != 2 || ov.ByStatus[order.Paying] != 2 || ov.ByStatus[order.Cancelled] != 2 {
+		t.Fatalf("overview: %v, %v; want 2 CANCELLING, 2 PAYING, 2 CANCELLED", ov.ByStatus, err)
+	}
 }

@@ -17,6 +17,69 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CommandResult.
+const (
+	AlreadyCancelled CommandResult = "already_cancelled"
+	AlreadyPaid      CommandResult = "already_paid"
+	Cancelled        CommandResult = "cancelled"
+	NotFound         CommandResult = "not_found"
+	Paying           CommandResult = "paying"
+)
+
+// Valid indicates whether the value is a known member of the CommandResult enum.
+func (e CommandResult) Valid() bool {
+	switch e {
+	case AlreadyCancelled:
+		return true
+	case AlreadyPaid:
+		return true
+	case Cancelled:
+		return true
+	case NotFound:
+		return true
+	case Paying:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CommandStatus.
+const (
+	CommandStatusDEAD    CommandStatus = "DEAD"
+	CommandStatusDONE    CommandStatus = "DONE"
+	CommandStatusPENDING CommandStatus = "PENDING"
+)
+
+// Valid indicates whether the value is a known member of the CommandStatus enum.
+func (e CommandStatus) Valid() bool {
+	switch e {
+	case CommandStatusDEAD:
+		return true
+	case CommandStatusDONE:
+		return true
+	case CommandStatusPENDING:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeadCommandsDead.
+const (
+	DeadCommandsDeadTrue DeadCommandsDead = true
+)
+
+// Valid indicates whether the value is a known member of the DeadCommandsDead enum.
+func (e DeadCommandsDead) Valid() bool {
+	switch e {
+	case DeadCommandsDeadTrue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok    HealthStatus = "ok"
@@ -100,16 +163,19 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for Status.
 const (
-	StatusCANCELLED Status = "CANCELLED"
-	StatusPAID      Status = "PAID"
-	StatusPAYING    Status = "PAYING"
-	StatusPENDING   Status = "PENDING"
+	StatusCANCELLED  Status = "CANCELLED"
+	StatusCANCELLING Status = "CANCELLING"
+	StatusPAID       Status = "PAID"
+	StatusPAYING     Status = "PAYING"
+	StatusPENDING    Status = "PENDING"
 )
 
 // Valid indicates whether the value is a known member of the Status enum.
 func (e Status) Valid() bool {
 	switch e {
 	case StatusCANCELLED:
+		return true
+	case StatusCANCELLING:
 		return true
 	case StatusPAID:
 		return true
@@ -263,6 +329,40 @@ func (e RetryTasksJSONBodyDead) Valid() bool {
 	}
 }
 
+// Command One order.cancel_if_pending command of order-service mode (--order-service).
+type Command struct {
+	// Attempts sends so far
+	Attempts int `json:"attempts"`
+
+	// CancelAfter the deadline it was written for
+	CancelAfter time.Time  `json:"cancel_after"`
+	CreatedAt   time.Time  `json:"created_at"`
+	DeadAt      *time.Time `json:"dead_at,omitempty"`
+	DoneAt      *time.Time `json:"done_at,omitempty"`
+
+	// Id the command id: the webhook-id of every delivery (AMQP message_id); one per order and deadline
+	Id string `json:"id"`
+
+	// LastError why the last send failed
+	LastError *string `json:"last_error,omitempty"`
+
+	// NextAt when it is next due (PENDING only)
+	NextAt  *time.Time `json:"next_at,omitempty"`
+	OrderId string     `json:"order_id"`
+
+	// Result the order service's last answer (absent before one, and after a send that got none)
+	Result *CommandResult `json:"result,omitempty"`
+
+	// Status PENDING: sent until the order service answers for good (or answered paying, asked again later); DONE: answered; DEAD: answered not_found, refused, or failing too long, waiting for POST /v1/commands/retry or /purge
+	Status CommandStatus `json:"status"`
+}
+
+// CommandResult the order service's last answer (absent before one, and after a send that got none)
+type CommandResult string
+
+// CommandStatus PENDING: sent until the order service answers for good (or answered paying, asked again later); DONE: answered; DEAD: answered not_found, refused, or failing too long, waiting for POST /v1/commands/retry or /purge
+type CommandStatus string
+
 // CreateOrder defines model for CreateOrder.
 type CreateOrder struct {
 	AmountCents int `json:"amount_cents"`
@@ -284,6 +384,25 @@ type CreateOrder struct {
 	// TimeoutSeconds payment window, rounded to ms; defaults to --default-timeout (15 min)
 	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
 }
+
+// DeadCommands The DEAD commands to act on: {"ids": [...]} or {"dead": true}, exactly one of the two.
+type DeadCommands struct {
+	// Dead every DEAD command
+	Dead *DeadCommandsDead `json:"dead,omitempty"`
+
+	// Ids command ids
+	Ids   *[]string `json:"ids,omitempty"`
+	union json.RawMessage
+}
+
+// DeadCommandsDead every DEAD command
+type DeadCommandsDead bool
+
+// DeadCommands0 defines model for DeadCommands.0.
+type DeadCommands0 = interface{}
+
+// DeadCommands1 defines model for DeadCommands.1.
+type DeadCommands1 = interface{}
 
 // Error defines model for Error.
 type Error struct {
@@ -351,8 +470,11 @@ type Order struct {
 	CancelAfter  time.Time          `json:"cancel_after"`
 	CancelReason *OrderCancelReason `json:"cancel_reason,omitempty"`
 	CancelledAt  *time.Time         `json:"cancelled_at,omitempty"`
-	CreatedAt    time.Time          `json:"created_at"`
-	Currency     string             `json:"currency"`
+
+	// Commands the order's cancel commands, one per deadline it reached (GET /v1/orders/{id} of an order commanded in order-service mode only)
+	Commands  *[]Command `json:"commands,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	Currency  string     `json:"currency"`
 
 	// ExpiresAt created_at + timeout; paying needs it ahead
 	ExpiresAt time.Time  `json:"expires_at"`
@@ -374,7 +496,9 @@ type Order struct {
 
 	// ReservationId the inventory's reservation (remote stock only)
 	ReservationId *string `json:"reservation_id,omitempty"`
-	Status        Status  `json:"status"`
+
+	// Status CANCELLING: order-service mode only (--order-service); the deadline passed and the cancel was commanded of the order service, whose answer decides what the order becomes
+	Status Status `json:"status"`
 
 	// Tasks the order's stock tasks, oldest first (GET /v1/orders/{id} of an order with a reservation_id only)
 	Tasks *[]StockTask `json:"tasks,omitempty"`
@@ -394,8 +518,11 @@ type PayAnswer struct {
 	CancelAfter  time.Time              `json:"cancel_after"`
 	CancelReason *PayAnswerCancelReason `json:"cancel_reason,omitempty"`
 	CancelledAt  *time.Time             `json:"cancelled_at,omitempty"`
-	CreatedAt    time.Time              `json:"created_at"`
-	Currency     string                 `json:"currency"`
+
+	// Commands the order's cancel commands, one per deadline it reached (GET /v1/orders/{id} of an order commanded in order-service mode only)
+	Commands  *[]Command `json:"commands,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	Currency  string     `json:"currency"`
 
 	// ExpiresAt created_at + timeout; paying needs it ahead
 	ExpiresAt time.Time  `json:"expires_at"`
@@ -420,7 +547,9 @@ type PayAnswer struct {
 
 	// ReservationId the inventory's reservation (remote stock only)
 	ReservationId *string `json:"reservation_id,omitempty"`
-	Status        Status  `json:"status"`
+
+	// Status CANCELLING: order-service mode only (--order-service); the deadline passed and the cancel was commanded of the order service, whose answer decides what the order becomes
+	Status Status `json:"status"`
 
 	// Tasks the order's stock tasks, oldest first (GET /v1/orders/{id} of an order with a reservation_id only)
 	Tasks *[]StockTask `json:"tasks,omitempty"`
@@ -461,7 +590,7 @@ type SKU struct {
 	Sold      int    `json:"sold"`
 }
 
-// Status defines model for Status.
+// Status CANCELLING: order-service mode only (--order-service); the deadline passed and the cancel was commanded of the order service, whose answer decides what the order becomes
 type Status string
 
 // StockTask One command to the inventory service that a transition of the order wrote beside it (docs/sagas.md).
@@ -537,6 +666,19 @@ type Unauthorized = Error
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType = Error
+
+// ListCommandsParams defines parameters for ListCommands.
+type ListCommandsParams struct {
+	// Dead true: only DEAD commands
+	Dead *bool `form:"dead,omitempty" json:"dead,omitempty"`
+
+	// OrderId every command of this order, DONE ones too
+	OrderId *string `form:"order_id,omitempty" json:"order_id,omitempty"`
+	Limit   *int    `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// After next_after of the previous page
+	After *string `form:"after,omitempty" json:"after,omitempty"`
+}
 
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
@@ -670,6 +812,12 @@ type RetryTasksJSONBody0 = interface{}
 // RetryTasksJSONBody1 defines parameters for RetryTasks.
 type RetryTasksJSONBody1 = interface{}
 
+// PurgeCommandsJSONRequestBody defines body for PurgeCommands for application/json ContentType.
+type PurgeCommandsJSONRequestBody = DeadCommands
+
+// RetryCommandsJSONRequestBody defines body for RetryCommands for application/json ContentType.
+type RetryCommandsJSONRequestBody = DeadCommands
+
 // RetryEventsJSONRequestBody defines body for RetryEvents for application/json ContentType.
 type RetryEventsJSONRequestBody RetryEventsJSONBody
 
@@ -696,6 +844,116 @@ type SetStockJSONRequestBody SetStockJSONBody
 
 // RetryTasksJSONRequestBody defines body for RetryTasks for application/json ContentType.
 type RetryTasksJSONRequestBody RetryTasksJSONBody
+
+// AsDeadCommands0 returns the union data inside the DeadCommands as a DeadCommands0
+func (t DeadCommands) AsDeadCommands0() (DeadCommands0, error) {
+	var body DeadCommands0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDeadCommands0 overwrites any union data inside the DeadCommands as the provided DeadCommands0
+func (t *DeadCommands) FromDeadCommands0(v DeadCommands0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDeadCommands0 performs a merge with any union data inside the DeadCommands, using the provided DeadCommands0
+func (t *DeadCommands) MergeDeadCommands0(v DeadCommands0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDeadCommands1 returns the union data inside the DeadCommands as a DeadCommands1
+func (t DeadCommands) AsDeadCommands1() (DeadCommands1, error) {
+	var body DeadCommands1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDeadCommands1 overwrites any union data inside the DeadCommands as the provided DeadCommands1
+func (t *DeadCommands) FromDeadCommands1(v DeadCommands1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDeadCommands1 performs a merge with any union data inside the DeadCommands, using the provided DeadCommands1
+func (t *DeadCommands) MergeDeadCommands1(v DeadCommands1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t DeadCommands) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	object := make(map[string]json.RawMessage)
+	if t.union != nil {
+		err = json.Unmarshal(b, &object)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if t.Dead != nil {
+		object["dead"], err = json.Marshal(t.Dead)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'dead': %w", err)
+		}
+	}
+
+	if t.Ids != nil {
+		object["ids"], err = json.Marshal(t.Ids)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'ids': %w", err)
+		}
+	}
+	b, err = json.Marshal(object)
+	return b, err
+}
+
+func (t *DeadCommands) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	if err != nil {
+		return err
+	}
+	object := make(map[string]json.RawMessage)
+	err = json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["dead"]; found {
+		err = json.Unmarshal(raw, &t.Dead)
+		if err != nil {
+			return fmt.Errorf("error reading 'dead': %w", err)
+		}
+	}
+
+	if raw, found := object["ids"]; found {
+		err = json.Unmarshal(raw, &t.Ids)
+		if err != nil {
+			return fmt.Errorf("error reading 'ids': %w", err)
+		}
+	}
+
+	return err
+}
 
 // AsRetryEventsJSONBody0 returns the union data inside the RetryEventsJSONBody as a RetryEventsJSONBody0
 func (t RetryEventsJSONBody) AsRetryEventsJSONBody0() (RetryEventsJSONBody0, error) {
@@ -1025,6 +1283,70 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListCommands Page the cancel commands the order service has not answered for good (only the DEAD ones with dead=true)
+	//
+	// With --order-service, an order whose deadline passed moves to CANCELLING and one
+	// order.cancel_if_pending command is written for it (one per order and deadline: its id is the
+	// webhook-id every delivery carries); a dispatcher sends it until the order service answers. A
+	// command answered not_found, refused with a 4xx other than 408, 409 and 429, or failing past
+	// --order-service-max-attempts or --order-service-max-age is DEAD: listed here until POST
+	// /v1/commands/retry sends it again or POST /v1/commands/purge gives up on it. Commands come in id
+	// order; order_id lists every command of one order, DONE ones too. The listing reads whatever the
+	// store holds, with or without --order-service.
+	//
+	// Corresponds with GET /v1/commands (the `ListCommands` operationId).
+	ListCommands(ctx context.Context, params *ListCommandsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PurgeCommandsWithBody Delete DEAD cancel commands (give up asking the order service)
+	//
+	// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+	// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+	// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+	// what was deleted.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+	PurgeCommandsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PurgeCommands Delete DEAD cancel commands (give up asking the order service)
+	//
+	// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+	// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+	// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+	// what was deleted.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+	PurgeCommands(ctx context.Context, body PurgeCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryCommandsWithBody Send DEAD cancel commands again at once
+	//
+	// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+	// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+	// an error: retried counts what was retried.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+	RetryCommandsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryCommands Send DEAD cancel commands again at once
+	//
+	// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+	// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+	// an error: retried counts what was retried.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+	RetryCommands(ctx context.Context, body RetryCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListEvents Page the outbox's pending deliveries (the dead letters with dead=true)
 	//
 	// Each event has one delivery per sink until that sink has taken it. A delivery a sink refused
@@ -1300,6 +1622,120 @@ func (c *Client) OpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListCommands Page the cancel commands the order service has not answered for good (only the DEAD ones with dead=true)
+//
+// With --order-service, an order whose deadline passed moves to CANCELLING and one
+// order.cancel_if_pending command is written for it (one per order and deadline: its id is the
+// webhook-id every delivery carries); a dispatcher sends it until the order service answers. A
+// command answered not_found, refused with a 4xx other than 408, 409 and 429, or failing past
+// --order-service-max-attempts or --order-service-max-age is DEAD: listed here until POST
+// /v1/commands/retry sends it again or POST /v1/commands/purge gives up on it. Commands come in id
+// order; order_id lists every command of one order, DONE ones too. The listing reads whatever the
+// store holds, with or without --order-service.
+//
+// Corresponds with GET /v1/commands (the `ListCommands` operationId).
+func (c *Client) ListCommands(ctx context.Context, params *ListCommandsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListCommandsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PurgeCommandsWithBody Delete DEAD cancel commands (give up asking the order service)
+//
+// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+// what was deleted.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+func (c *Client) PurgeCommandsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPurgeCommandsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PurgeCommands Delete DEAD cancel commands (give up asking the order service)
+//
+// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+// what was deleted.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+func (c *Client) PurgeCommands(ctx context.Context, body PurgeCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPurgeCommandsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryCommandsWithBody Send DEAD cancel commands again at once
+//
+// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+// an error: retried counts what was retried.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+func (c *Client) RetryCommandsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryCommandsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryCommands Send DEAD cancel commands again at once
+//
+// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+// an error: retried counts what was retried.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+func (c *Client) RetryCommands(ctx context.Context, body RetryCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryCommandsRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1868,6 +2304,176 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListCommandsRequest constructs an http.Request for the ListCommands method
+func NewListCommandsRequest(server string, params *ListCommandsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/commands")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Dead != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dead", *params.Dead, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.OrderId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "order_id", *params.OrderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPurgeCommandsRequest calls the generic PurgeCommands builder with application/json body
+func NewPurgeCommandsRequest(server string, body PurgeCommandsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPurgeCommandsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPurgeCommandsRequestWithBody constructs an http.Request for the PurgeCommands method, with any body, and a specified content type
+func NewPurgeCommandsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/commands/purge")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRetryCommandsRequest calls the generic RetryCommands builder with application/json body
+func NewRetryCommandsRequest(server string, body RetryCommandsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetryCommandsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRetryCommandsRequestWithBody constructs an http.Request for the RetryCommands method, with any body, and a specified content type
+func NewRetryCommandsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/commands/retry")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2691,6 +3297,72 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// ListCommandsWithResponse Page the cancel commands the order service has not answered for good (only the DEAD ones with dead=true)
+	//
+	// With --order-service, an order whose deadline passed moves to CANCELLING and one
+	// order.cancel_if_pending command is written for it (one per order and deadline: its id is the
+	// webhook-id every delivery carries); a dispatcher sends it until the order service answers. A
+	// command answered not_found, refused with a 4xx other than 408, 409 and 429, or failing past
+	// --order-service-max-attempts or --order-service-max-age is DEAD: listed here until POST
+	// /v1/commands/retry sends it again or POST /v1/commands/purge gives up on it. Commands come in id
+	// order; order_id lists every command of one order, DONE ones too. The listing reads whatever the
+	// store holds, with or without --order-service.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/commands (the `ListCommands` operationId).
+	ListCommandsWithResponse(ctx context.Context, params *ListCommandsParams, reqEditors ...RequestEditorFn) (*ListCommandsResponse, error)
+
+	// PurgeCommandsWithBodyWithResponse Delete DEAD cancel commands (give up asking the order service)
+	//
+	// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+	// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+	// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+	// what was deleted.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+	PurgeCommandsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PurgeCommandsResponse, error)
+
+	// PurgeCommandsWithResponse Delete DEAD cancel commands (give up asking the order service)
+	//
+	// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+	// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+	// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+	// what was deleted.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+	PurgeCommandsWithResponse(ctx context.Context, body PurgeCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*PurgeCommandsResponse, error)
+
+	// RetryCommandsWithBodyWithResponse Send DEAD cancel commands again at once
+	//
+	// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+	// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+	// an error: retried counts what was retried.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+	RetryCommandsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryCommandsResponse, error)
+
+	// RetryCommandsWithResponse Send DEAD cancel commands again at once
+	//
+	// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+	// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+	// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+	// an error: retried counts what was retried.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+	RetryCommandsWithResponse(ctx context.Context, body RetryCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryCommandsResponse, error)
+
 	// ListEventsWithResponse Page the outbox's pending deliveries (the dead letters with dead=true)
 	//
 	// Each event has one delivery per sink until that sink has taken it. A delivery a sink refused
@@ -3107,6 +3779,350 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListCommandsResponse401Headers the declared response headers of an HTTP 401 response for ListCommands
+type ListCommandsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListCommandsResponse429Headers the declared response headers of an HTTP 429 response for ListCommands
+type ListCommandsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type ListCommandsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Commands []Command `json:"commands"`
+
+		// NextAfter the after of the next page; left out on the last page
+		NextAfter *string `json:"next_after,omitempty"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListCommandsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListCommandsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListCommandsResponse) GetJSON200() *struct {
+	Commands []Command `json:"commands"`
+
+	// NextAfter the after of the next page; left out on the last page
+	NextAfter *string `json:"next_after,omitempty"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListCommandsResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListCommandsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListCommandsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r ListCommandsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListCommandsResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListCommandsResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListCommandsResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListCommandsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListCommandsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListCommandsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListCommandsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PurgeCommandsResponse401Headers the declared response headers of an HTTP 401 response for PurgeCommands
+type PurgeCommandsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PurgeCommandsResponse429Headers the declared response headers of an HTTP 429 response for PurgeCommands
+type PurgeCommandsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type PurgeCommandsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Purged int `json:"purged"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PurgeCommandsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PurgeCommandsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PurgeCommandsResponse) GetJSON200() *struct {
+	Purged int `json:"purged"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PurgeCommandsResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PurgeCommandsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PurgeCommandsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PurgeCommandsResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PurgeCommandsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r PurgeCommandsResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PurgeCommandsResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PurgeCommandsResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PurgeCommandsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PurgeCommandsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PurgeCommandsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PurgeCommandsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RetryCommandsResponse401Headers the declared response headers of an HTTP 401 response for RetryCommands
+type RetryCommandsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RetryCommandsResponse429Headers the declared response headers of an HTTP 429 response for RetryCommands
+type RetryCommandsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type RetryCommandsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Retried int `json:"retried"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RetryCommandsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RetryCommandsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RetryCommandsResponse) GetJSON200() *struct {
+	Retried int `json:"retried"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RetryCommandsResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RetryCommandsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RetryCommandsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RetryCommandsResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RetryCommandsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RetryCommandsResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r RetryCommandsResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RetryCommandsResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RetryCommandsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetryCommandsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetryCommandsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetryCommandsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4710,6 +5726,102 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// ListCommandsWithResponse Page the cancel commands the order service has not answered for good (only the DEAD ones with dead=true)
+//
+// With --order-service, an order whose deadline passed moves to CANCELLING and one
+// order.cancel_if_pending command is written for it (one per order and deadline: its id is the
+// webhook-id every delivery carries); a dispatcher sends it until the order service answers. A
+// command answered not_found, refused with a 4xx other than 408, 409 and 429, or failing past
+// --order-service-max-attempts or --order-service-max-age is DEAD: listed here until POST
+// /v1/commands/retry sends it again or POST /v1/commands/purge gives up on it. Commands come in id
+// order; order_id lists every command of one order, DONE ones too. The listing reads whatever the
+// store holds, with or without --order-service.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/commands (the `ListCommands` operationId).
+func (c *ClientWithResponses) ListCommandsWithResponse(ctx context.Context, params *ListCommandsParams, reqEditors ...RequestEditorFn) (*ListCommandsResponse, error) {
+	rsp, err := c.ListCommands(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListCommandsResponse(rsp)
+}
+
+// PurgeCommandsWithBodyWithResponse Delete DEAD cancel commands (give up asking the order service)
+//
+// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+// what was deleted.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+func (c *ClientWithResponses) PurgeCommandsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PurgeCommandsResponse, error) {
+	rsp, err := c.PurgeCommandsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePurgeCommandsResponse(rsp)
+}
+
+// PurgeCommandsWithResponse Delete DEAD cancel commands (give up asking the order service)
+//
+// {"ids": [...]} deletes these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. Only DEAD commands are deleted. Their orders stay CANCELLING (lapse does not decide an order
+// the order service owns), and `lapse audit` goes on reporting each as a deadline with no final
+// answer (commanded_unanswered). An id that names no DEAD command is not an error: purged counts
+// what was deleted.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/commands/purge (the `PurgeCommands` operationId).
+func (c *ClientWithResponses) PurgeCommandsWithResponse(ctx context.Context, body PurgeCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*PurgeCommandsResponse, error) {
+	rsp, err := c.PurgeCommands(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePurgeCommandsResponse(rsp)
+}
+
+// RetryCommandsWithBodyWithResponse Send DEAD cancel commands again at once
+//
+// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+// an error: retried counts what was retried.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+func (c *ClientWithResponses) RetryCommandsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryCommandsResponse, error) {
+	rsp, err := c.RetryCommandsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryCommandsResponse(rsp)
+}
+
+// RetryCommandsWithResponse Send DEAD cancel commands again at once
+//
+// {"ids": [...]} retries these DEAD commands, {"dead": true} every DEAD command; exactly one of the
+// two. A retried command is PENDING and due at once, with its own id (the order service answers it
+// as the same command), its failures and age counted afresh. An id that names no DEAD command is not
+// an error: retried counts what was retried.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/commands/retry (the `RetryCommands` operationId).
+func (c *ClientWithResponses) RetryCommandsWithResponse(ctx context.Context, body RetryCommandsJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryCommandsResponse, error) {
+	rsp, err := c.RetryCommands(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryCommandsResponse(rsp)
+}
+
 // ListEventsWithResponse Page the outbox's pending deliveries (the dead letters with dead=true)
 //
 // Each event has one delivery per sink until that sink has taken it. A delivery a sink refused
@@ -5207,6 +6319,323 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		}
 		response.JSON503 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseListCommandsResponse parses an HTTP response from a ListCommandsWithResponse call
+func ParseListCommandsResponse(rsp *http.Response) (*ListCommandsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListCommandsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Commands []Command `json:"commands"`
+
+			// NextAfter the after of the next page; left out on the last page
+			NextAfter *string `json:"next_after,omitempty"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListCommandsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListCommandsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePurgeCommandsResponse parses an HTTP response from a PurgeCommandsWithResponse call
+func ParsePurgeCommandsResponse(rsp *http.Response) (*PurgeCommandsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PurgeCommandsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Purged int `json:"purged"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PurgeCommandsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers PurgeCommandsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRetryCommandsResponse parses an HTTP response from a RetryCommandsWithResponse call
+func ParseRetryCommandsResponse(rsp *http.Response) (*RetryCommandsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetryCommandsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Retried int `json:"retried"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RetryCommandsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RetryCommandsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
