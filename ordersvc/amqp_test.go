@@ -570,11 +570,12 @@ func restartBroker(t *testing.T, proxy *rabbittest.Proxy, lost ...string) {
 	proxy.Restore(t)
 }
 
-// The broker restarts mid-run, lapse's and the receiver's connections are
-// lost with the commands and answers in flight, and so is lapse's
-// non-durable reply queue; both sides reconnect, lapse declares its reply
-// queue again, and every command is answered — none applied twice — and
-// Send works again.
+// The broker restarts mid-run: lapse's and the receiver's connections are
+// lost with commands waiting in the queue, commands in the receiver's hands
+// (held there by a gate) and answers on their way, and so is lapse's
+// non-durable reply queue. Both sides reconnect, lapse declares its reply
+// queue again, the held commands are applied and redelivered, and every
+// command is answered, none applied twice; Send works again.
 func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	shop := newMemShop()
 	prefix := amqpPrefix(t)
@@ -584,25 +585,38 @@ func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	if os.Getenv("LAPSE_TEST_AMQP_RESTART") != "" {
 		brokerURL = url
 	}
-	opts := []ordersvc.AMQPOption{ordersvc.AMQPPrefix(prefix), ordersvc.AMQPSecrets(secretOld)}
+	opts := []ordersvc.AMQPOption{ordersvc.AMQPPrefix(prefix), ordersvc.AMQPSecrets(secretOld), ordersvc.AMQPPrefetch(8)}
 	r := startReceiver(t, brokerURL, shop, opts...)
 	c := dialClient(t, brokerURL, append(opts, ordersvc.AMQPTimeout(2*time.Second))...)
 
-	ds, ids := deliveries(shop, "o", 60)
-	done := make(chan map[string]ordersvc.Answer, 1)
-	go func() { done <- dispatch(t, c, ds, 90*time.Second) }()
-	// Mid-run: some commands applied, others not yet.
-	rabbittest.Eventually(t, 30*time.Second, func() bool { return shop.calls.Load() >= 5 },
-		func() string { return "no command applied before the restart" })
-	restartBroker(t, proxy, c.ReplyQueue())
+	before, beforeIDs := deliveries(shop, "before", 20)
+	checkEveryOrderCancelledOnce(t, shop, dispatch(t, c, before, 30*time.Second), beforeIDs)
 
-	checkEveryOrderCancelledOnce(t, shop, <-done, ids)
+	applied := shop.calls.Load()
+	gate := make(chan struct{})
+	shop.mu.Lock()
+	shop.gate = gate
+	shop.mu.Unlock()
+	during, duringIDs := deliveries(shop, "during", 40)
+	done := make(chan map[string]ordersvc.Answer, 1)
+	go func() { done <- dispatch(t, c, during, 90*time.Second) }()
+	// Mid-run: the receiver holds a prefetch of commands, the rest wait
+	// in the queue.
+	rabbittest.Eventually(t, 30*time.Second, func() bool { return shop.calls.Load() >= applied+8 },
+		func() string { return "the receiver never took the commands" })
+	restartBroker(t, proxy, c.ReplyQueue())
+	shop.mu.Lock()
+	close(gate)
+	shop.gate = nil
+	shop.mu.Unlock()
+
+	checkEveryOrderCancelledOnce(t, shop, <-done, duringIDs)
 	rabbittest.Eventually(t, 20*time.Second, func() bool { return c.Ping(context.Background()) == nil && r.server.Ping(context.Background()) == nil },
 		func() string { return "not reconnected" })
 	shop.add("after", "pending")
 	if a := send(t, c, amqpDelivery("after")); a.Result != ordersvc.Cancelled {
 		t.Errorf("after the restart: %+v", a)
 	}
-	t.Logf("after the restart: %d applies for %d commands, %d late answers dropped, receiver %+v",
-		shop.calls.Load(), len(ids)+1, c.Dropped(), r.server.Stats())
+	t.Logf("%d applies for %d commands, %d late answers dropped, receiver %+v",
+		shop.calls.Load(), len(before)+len(during)+1, c.Dropped(), r.server.Stats())
 }
