@@ -82,7 +82,7 @@ func DialAMQP(ctx context.Context, rawURL string, opts ...AMQPOption) (*AMQPClie
 func (c *AMQPClient) ReplyQueue() string { return c.req.ReplyQueue() }
 
 // Dropped counts the answers that arrived when no Send waited for them:
-// late (after their Send timed out) or repeated.
+// late (after their Send timed out), repeated, or without a correlation_id.
 func (c *AMQPClient) Dropped() uint64 { return c.req.Dropped() }
 
 // Send implements Client. It publishes d's command and waits for its

@@ -53,6 +53,16 @@
 // connection. Deliveries not acknowledged when a channel is lost go back to
 // the queue and are delivered again (with Redelivered set), so handlers must
 // tolerate seeing a message twice.
+//
+// # Request and reply
+//
+// Requester is the asking side of request/reply (lapse's commands to the
+// inventory and to the order service): a confirmed publish with reply_to a
+// private reply queue that outlives reconnects, and the reply matched to
+// its request by correlation id. The answering side consumes with
+// Conn.Serve (handlers run concurrently, and a stop lets those in hand
+// settle) and answers with Conn.Reply; what to do with a request and how
+// to settle it stays the responder's.
 package rabbit
 
 import (
