@@ -3,6 +3,7 @@ package lapse_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,6 +65,20 @@ func (r *shopReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := req.Header.Get(standardwebhooks.HeaderWebhookID)
+	a, err := r.apply(req.Context(), c, id)
+	if err != nil {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(a)
+}
+
+// errShopDown is the shop's failure while failing > 0 (a 503 over HTTP).
+var errShopDown = errors.New("shop down")
+
+// apply is the shop's side of a verified command, on either transport.
+func (r *shopReceiver) apply(_ context.Context, c ordersvc.Command, id string) (ordersvc.Answer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.received++
@@ -76,8 +91,7 @@ func (r *shopReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if r.failing > 0 {
 		r.failing--
-		http.Error(w, "down", http.StatusServiceUnavailable)
-		return
+		return ordersvc.Answer{}, errShopDown
 	}
 	var res ordersvc.Result
 	switch st, ok := r.orders[c.OrderID]; {
@@ -96,11 +110,23 @@ func (r *shopReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.orders[c.OrderID] = "paid" // the payment in flight succeeds
 		res = ordersvc.Paying
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ordersvc.Answer{Result: res, RetryAfterSeconds: 1, CommandID: id})
+	return ordersvc.Answer{Result: res, RetryAfterSeconds: 1, CommandID: id}, nil
 }
 
 func orderServicePG(t *testing.T, rcv http.Handler) (*lapse.Service, store.Store) {
+	t.Helper()
+	st := orderServiceStore(t)
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	client, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL + "/lapse/commands", Secrets: []string{testSecret}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return orderServiceOn(t, st, client)
+}
+
+// orderServiceStore is a migrated PostgreSQL store of the test's own.
+func orderServiceStore(t *testing.T) store.Store {
 	t.Helper()
 	if os.Getenv("LAPSE_TEST_POSTGRES") == "" {
 		t.Skip("LAPSE_TEST_POSTGRES not set")
@@ -114,12 +140,14 @@ func orderServicePG(t *testing.T, rcv http.Handler) (*lapse.Service, store.Store
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(rcv)
-	t.Cleanup(srv.Close)
-	client, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL + "/lapse/commands", Secrets: []string{testSecret}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return st
+}
+
+// orderServiceOn runs a service on st in order-service mode with client,
+// stopped when t ends.
+func orderServiceOn(t *testing.T, st store.Store, client ordersvc.Client) (*lapse.Service, store.Store) {
+	t.Helper()
+	ctx := context.Background()
 	svc := newService(t, lapse.Config{Store: st, OrderService: client,
 		Commands: ordersvc.DispatcherConfig{RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, PayingMin: 50 * time.Millisecond}})
 	runCtx, stop := context.WithCancel(ctx)
@@ -133,6 +161,15 @@ func TestOrderServiceAnswersDecide(t *testing.T) {
 	rcv := newShopReceiver(t)
 	rcv.failing = 3 // the first sends meet a 503: retried
 	svc, _ := orderServicePG(t, rcv)
+	checkAnswersDecide(t, svc, rcv)
+}
+
+// checkAnswersDecide registers 20 orders of the five kinds the shop knows
+// (pending, paid, cancelled, paying, missing) and checks that each ends as
+// the order service's answer says: cancelled once, by timeout, never before
+// cancel_after, one command id per order; not_found DEAD.
+func checkAnswersDecide(t *testing.T, svc *lapse.Service, rcv *shopReceiver) {
+	t.Helper()
 	ctx := context.Background()
 	kinds := []string{"pending", "paid", "cancelled", "paying", "missing"}
 	want := map[string]order.Status{"pending": order.Cancelled, "paid": order.Paid, "cancelled": order.Cancelled,

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -16,7 +14,8 @@ import (
 
 // AMQPClient is lapse's side of the AMQP transport: a Client that publishes
 // commands to the inventory's exchange and waits for their answers on a
-// reply queue of its own.
+// reply queue of its own (a rabbit.Requester, which keeps the reply queue
+// and matches answers to commands).
 //
 // A command is published persistent, mandatory and with publisher
 // confirms, message_id and correlation_id its task id, reply_to the
@@ -33,25 +32,11 @@ import (
 // An answer nobody waits for (it came after its Send timed out, or twice) is
 // dropped and counted (Dropped).
 type AMQPClient struct {
-	conn    *rabbit.Conn
-	cfg     amqpConfig
-	replyTo string
-
-	mu      sync.Mutex
-	waiting map[string][]chan Answer // by task id
-	closed  bool
-
-	dropped atomic.Uint64
-
-	stop     context.CancelFunc
-	consumed chan struct{} // closed when the reply consumer returned
-	done     chan struct{} // closed by Close
+	req *rabbit.Requester
+	cfg amqpConfig
 }
 
 var _ Client = (*AMQPClient)(nil)
-
-// errClientClosed: Send on, or during, Close.
-var errClientClosed = errors.New("inventory: amqp client closed")
 
 // DialAMQP connects to the broker at rawURL (amqp[s]://…, see
 // rabbit.URLParams), declares the command exchange and the client's reply
@@ -65,56 +50,49 @@ func DialAMQP(ctx context.Context, rawURL string, opts ...AMQPOption) (*AMQPClie
 	if err != nil {
 		return nil, err
 	}
-	c := &AMQPClient{
-		cfg:      cfg,
-		replyTo:  cfg.replyQueue(),
-		waiting:  map[string][]chan Answer{},
-		consumed: make(chan struct{}),
-		done:     make(chan struct{}),
-	}
-	c.conn, err = rabbit.Dial(ctx, rawURL, rabbit.Config{
-		Topology: c.declare,
-		// Each Send publishes alone and waits for its confirm on a
-		// channel of the pool: more channels, more Sends in parallel.
-		PublishChannels: 16,
-		ConnectionName:  "lapse stock commands",
-		Logger:          cfg.logger,
+	c := &AMQPClient{cfg: cfg}
+	c.req, err = rabbit.DialRequester(ctx, rawURL, rabbit.RequesterConfig{
+		Conn: rabbit.Config{
+			// The command exchange, so that a client started before its
+			// inventory can publish (an unroutable command is still
+			// refused: no queue is bound).
+			Topology: func(ch *amqp.Channel) error { return declareExchange(ch, cfg.exchange()) },
+			// Each Send publishes alone and waits for its confirm on a
+			// channel of the pool: more channels, more Sends in parallel.
+			PublishChannels: 16,
+			ConnectionName:  "lapse stock commands",
+			Logger:          cfg.logger,
+		},
+		ReplyQueue:  cfg.replyQueue(),
+		ReplyExpiry: replyExpiry,
+		ReplyID:     c.replyID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inventory: amqp client: %w", err)
 	}
-	consumeCtx, stop := context.WithCancel(context.Background())
-	c.stop = stop
-	go func() {
-		defer close(c.consumed)
-		// Returns at Close only: Consume subscribes again after every
-		// loss, redeclaring the queue if it is missing.
-		_ = c.conn.Consume(consumeCtx, c.replyTo, 256, c.answer)
-	}()
 	return c, nil
 }
 
-// declare is the client's topology, declared on every new connection: the
-// command exchange, so that a client started before its inventory can
-// publish (an unroutable command is still refused: no queue is bound), and
-// the reply queue.
-func (c *AMQPClient) declare(ch *amqp.Channel) error {
-	if err := declareExchange(ch, c.cfg.exchange()); err != nil {
-		return err
+// replyID is the task an answer answers: its correlation_id, or the body's
+// task_id when it has none; "" for an unreadable answer, which is dropped.
+func (c *AMQPClient) replyID(d amqp.Delivery) string {
+	var a Answer
+	if err := json.Unmarshal(d.Body, &a); err != nil {
+		c.cfg.logger.Warn("inventory: amqp: unreadable answer dropped", "correlation_id", d.CorrelationId, "err", err)
+		return ""
 	}
-	args := amqp.Table{"x-expires": int64(replyExpiry / time.Millisecond)}
-	if _, err := ch.QueueDeclare(c.replyTo, false, false, false, false, args); err != nil {
-		return fmt.Errorf("declare reply queue %s: %w", c.replyTo, err)
+	if d.CorrelationId != "" {
+		return d.CorrelationId
 	}
-	return nil
+	return a.TaskID
 }
 
 // ReplyQueue is the name of the client's reply queue.
-func (c *AMQPClient) ReplyQueue() string { return c.replyTo }
+func (c *AMQPClient) ReplyQueue() string { return c.req.ReplyQueue() }
 
 // Dropped counts the answers that arrived when no Send waited for them:
 // late (after their Send timed out), repeated, or unreadable.
-func (c *AMQPClient) Dropped() uint64 { return c.dropped.Load() }
+func (c *AMQPClient) Dropped() uint64 { return c.req.Dropped() }
 
 // Send implements Client. It publishes c and waits for the answer with c's
 // task id, for the AMQPTimeout at most (or until ctx ends). Its error — the
@@ -134,117 +112,45 @@ func (c *AMQPClient) Send(ctx context.Context, cmd Command) (Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 	defer cancel()
 
-	// Waiting before publishing: the answer may come before Publish
-	// returns.
-	got, err := c.wait(cmd.TaskID)
-	if err != nil {
-		return Answer{}, err
-	}
-	defer c.unwait(cmd.TaskID, got)
-
 	msg := rabbit.Message{Exchange: c.cfg.exchange(), RoutingKey: cmd.Action.RoutingKey(), Publishing: amqp.Publishing{
 		ContentType:   contentType,
 		DeliveryMode:  amqp.Persistent,
 		MessageId:     cmd.TaskID,
 		CorrelationId: cmd.TaskID,
-		ReplyTo:       c.replyTo,
 		Timestamp:     time.Now(),
 		Type:          string(cmd.Action),
 		AppId:         "lapse",
 		Body:          body,
 	}}
-	if err := c.conn.Publish(ctx, []rabbit.Message{msg})[0]; err != nil {
-		if errors.Is(err, rabbit.ErrReturned) {
-			err = fmt.Errorf("no queue takes %s commands on exchange %s (is the inventory's queue declared?): %w",
-				msg.RoutingKey, msg.Exchange, err)
-		}
+	d, err := c.req.Request(ctx, msg)
+	switch {
+	case errors.Is(err, rabbit.ErrReturned):
+		err = fmt.Errorf("no queue takes %s commands on exchange %s (is the inventory's queue declared?): %w",
+			msg.RoutingKey, msg.Exchange, err)
+	case errors.Is(err, rabbit.ErrClosed):
+		err = errClientClosed
+	}
+	if err != nil {
 		return Answer{}, fmt.Errorf("inventory: amqp send %s task %s: %w", cmd.Action, cmd.TaskID, err)
 	}
-	select {
-	case a := <-got:
-		return a, nil
-	case <-ctx.Done():
-		return Answer{}, fmt.Errorf("inventory: amqp send %s task %s: no answer: %w", cmd.Action, cmd.TaskID, ctx.Err())
-	case <-c.done:
-		return Answer{}, fmt.Errorf("inventory: amqp send %s task %s: %w", cmd.Action, cmd.TaskID, errClientClosed)
-	}
-}
-
-// wait registers a waiter for task's answer.
-func (c *AMQPClient) wait(task string) (chan Answer, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, fmt.Errorf("inventory: amqp send task %s: %w", task, errClientClosed)
-	}
-	ch := make(chan Answer, 1)
-	c.waiting[task] = append(c.waiting[task], ch)
-	return ch, nil
-}
-
-// unwait removes the waiter ch of task, if the answer did not already.
-func (c *AMQPClient) unwait(task string, ch chan Answer) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ws := c.waiting[task]
-	for i, w := range ws {
-		if w == ch {
-			ws = append(ws[:i], ws[i+1:]...)
-			break
-		}
-	}
-	if len(ws) == 0 {
-		delete(c.waiting, task)
-	} else {
-		c.waiting[task] = ws
-	}
-}
-
-// answer hands an answer from the reply queue to the Sends waiting for it.
-func (c *AMQPClient) answer(_ context.Context, d amqp.Delivery) {
-	_ = d.Ack(false) // lost with the channel: delivered again, then dropped
 	var a Answer
-	if err := json.Unmarshal(d.Body, &a); err != nil {
-		c.dropped.Add(1)
-		c.cfg.logger.Warn("inventory: amqp: unreadable answer dropped", "correlation_id", d.CorrelationId, "err", err)
-		return
-	}
-	task := d.CorrelationId
-	if task == "" {
-		task = a.TaskID
+	if err := json.Unmarshal(d.Body, &a); err != nil { // replyID read it already
+		return Answer{}, fmt.Errorf("inventory: amqp send %s task %s: unreadable answer: %w", cmd.Action, cmd.TaskID, err)
 	}
 	if a.TaskID == "" {
-		a.TaskID = task
+		a.TaskID = cmd.TaskID
 	}
-	c.mu.Lock()
-	ws := c.waiting[task]
-	delete(c.waiting, task)
-	c.mu.Unlock()
-	if len(ws) == 0 {
-		c.dropped.Add(1)
-		c.cfg.logger.Debug("inventory: amqp: answer nobody waits for dropped (late or repeated)", "task_id", task, "result", a.Result)
-		return
-	}
-	for _, w := range ws {
-		w <- a // buffered, and each waiter is answered once
-	}
+	return a, nil
 }
+
+// errClientClosed: Send on, or during, Close.
+var errClientClosed = errors.New("inventory: amqp client closed")
 
 // Close implements Client: Sends in flight fail, the reply consumer stops
 // and the connection closes. The reply queue expires on the broker. Close
 // is idempotent.
 func (c *AMQPClient) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	close(c.done)
-	c.mu.Unlock()
-	c.stop()
-	<-c.consumed
-	if err := c.conn.Close(); err != nil {
+	if err := c.req.Close(); err != nil {
 		return fmt.Errorf("inventory: amqp client: %w", err)
 	}
 	return nil
@@ -253,7 +159,7 @@ func (c *AMQPClient) Close() error {
 // Ping returns nil while the client is connected to the broker, and why not
 // otherwise: a readiness check, costing no round trip.
 func (c *AMQPClient) Ping(ctx context.Context) error {
-	if err := c.conn.Ping(ctx); err != nil {
+	if err := c.req.Ping(ctx); err != nil {
 		return fmt.Errorf("inventory: amqp client: %w", err)
 	}
 	return nil

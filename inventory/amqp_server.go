@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,57 +132,7 @@ func (s *AMQPServer) Serve(ctx context.Context) error {
 	}
 	defer s.serving.Unlock()
 
-	// The subscription outlives ctx until the commands in hand are
-	// settled: closing its channel would requeue them, and their acks
-	// would be lost.
-	subCtx, unsubscribe := context.WithCancel(context.WithoutCancel(ctx))
-	defer unsubscribe()
-	var (
-		mu       sync.Mutex
-		stopping bool
-		inHand   sync.WaitGroup
-		slots    = make(chan struct{}, s.cfg.prefetch)
-	)
-	consumed := make(chan error, 1)
-	go func() {
-		consumed <- s.conn.Consume(subCtx, s.cfg.commandQueue(), s.cfg.prefetch, func(_ context.Context, d amqp.Delivery) {
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				return // unsettled: back to the queue with the channel
-			}
-			mu.Lock()
-			if stopping {
-				mu.Unlock()
-				<-slots
-				return
-			}
-			inHand.Add(1)
-			mu.Unlock()
-			go func() {
-				defer inHand.Done()
-				defer func() { <-slots }()
-				s.handle(ctx, d)
-			}()
-		})
-	}()
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-consumed:
-	}
-	mu.Lock()
-	stopping = true
-	mu.Unlock()
-	inHand.Wait()
-	unsubscribe()
-	if err == nil {
-		if err = <-consumed; errors.Is(err, context.Canceled) {
-			err = nil
-		}
-	}
-	if err != nil {
+	if err := s.conn.Serve(ctx, s.cfg.commandQueue(), s.cfg.prefetch, s.handle); err != nil {
 		return fmt.Errorf("inventory: amqp server: %w", err)
 	}
 	return nil
@@ -263,15 +212,13 @@ func (s *AMQPServer) reply(ctx context.Context, d amqp.Delivery, a Answer) bool 
 		s.log.Error("inventory: amqp: encode answer", "task_id", a.TaskID, "err", err)
 		return true
 	}
-	msg := rabbit.Message{RoutingKey: d.ReplyTo, Publishing: amqp.Publishing{
+	switch err := s.conn.Reply(ctx, d, amqp.Publishing{
 		ContentType:   contentType,
 		MessageId:     a.TaskID,
 		CorrelationId: a.TaskID,
-		Timestamp:     time.Now(),
 		Type:          string(a.Result),
 		Body:          body,
-	}}
-	switch err := s.conn.Publish(ctx, []rabbit.Message{msg})[0]; {
+	}); {
 	case err == nil:
 		return true
 	case errors.Is(err, rabbit.ErrReturned):
@@ -294,12 +241,7 @@ func (s *AMQPServer) settle(d amqp.Delivery, err error, how string) {
 // backoff is the wait before requeueing after n consecutive Apply errors:
 // retryMin doubling up to retryMax, from half of that to all of it.
 func (s *AMQPServer) backoff(n int64) time.Duration {
-	d := s.cfg.retryMin
-	for i := int64(1); i < n && d < s.cfg.retryMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.retryMax)
-	return d/2 + rand.N(d/2+1)
+	return rabbit.Backoff(int(min(n, 64)), s.cfg.retryMin, s.cfg.retryMax)
 }
 
 // Close closes the connection; a running Serve returns.

@@ -32,13 +32,14 @@ type orderServiceFlags struct {
 
 func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
 	return &orderServiceFlags{
-		url: fs.String("order-service", "", "the shop's order service owns the orders (docs/order-service.md): at each deadline lapse POSTs a signed "+
-			"order.cancel_if_pending command to this URL (https://…, or http:// to a loopback address) and the answer decides; "+
-			"lapse holds no stock, and orders need the order service's id"),
+		url: fs.String("order-service", "", "the shop's order service owns the orders (docs/order-service.md): at each deadline lapse sends a signed "+
+			"order.cancel_if_pending command and the answer decides; https://… (or http:// to a loopback address): a POST to this URL; "+
+			"amqp[s]://user:pass@host:5672/vhost: published to RabbitMQ, answered on a reply queue (?prefix=NAME names the exchange NAME "+
+			"and the order service's queue NAME.commands, default lapse.orders); lapse holds no stock, and orders need the order service's id"),
 		secret: fs.String("order-service-secret", "", "Standard Webhooks secret(s) signing the commands (whsec_…; during a rotation the current and the previous one, "+
 			"separated by spaces or commas: the receiver verifies with either)"),
 		secretFile: fs.String("order-service-secret-file", "", "a file with the order-service secret(s), one per line (# comments allowed); instead of --order-service-secret"),
-		insecure:   fs.Bool("order-service-insecure", false, "allow an http:// order-service URL off loopback (commands in clear text)"),
+		insecure:   fs.Bool("order-service-insecure", false, "allow an http:// order-service URL off loopback (commands in clear text; not for amqp:// URLs)"),
 		timeout:    fs.Duration("order-service-timeout", 10*time.Second, span{min: time.Millisecond}, "how long one command waits for the order service's answer before it is retried"),
 		maxAttempts: fs.Int("order-service-max-attempts", 20, "failed sends (no answer, 408, 409, 429, 5xx) after which a command is DEAD, "+
 			"for an operator's lapse commands retry (1 to 10000)"),
@@ -80,21 +81,45 @@ func (f *orderServiceFlags) check() ([]string, error) {
 	if secrets == nil {
 		return nil, errors.New("--order-service needs a signing secret: set --order-service-secret or --order-service-secret-file")
 	}
-	if u, err := url.Parse(*f.url); err == nil && u.Scheme == "amqp" || err == nil && u.Scheme == "amqps" {
-		return nil, fmt.Errorf("--order-service %s: the AMQP transport is not built yet; use http(s)://", redact.URL(*f.url))
+	if f.amqp() {
+		if *f.insecure {
+			return nil, errors.New("--order-service-insecure concerns http:// URLs; an amqp:// URL is used as given")
+		}
+		if err := ordersvc.CheckAMQPURL(*f.url); err != nil {
+			return nil, fmt.Errorf("--order-service %s: %w", redact.URL(*f.url), err)
+		}
 	}
 	return secrets, nil
 }
 
-// configure sets cfg's OrderService and Commands.
-func (f *orderServiceFlags) configure(_ context.Context, cfg *lapse.Config, logger *slog.Logger) (func(), error) {
+// amqp reports whether the order service is reached over RabbitMQ.
+func (f *orderServiceFlags) amqp() bool {
+	u, err := url.Parse(*f.url)
+	return err == nil && (u.Scheme == "amqp" || u.Scheme == "amqps")
+}
+
+// configure sets cfg's OrderService and Commands. Over AMQP it connects to
+// the broker, trying until ctx ends (and giving up at once on refused
+// credentials or vhost); the returned close releases the connection.
+func (f *orderServiceFlags) configure(ctx context.Context, cfg *lapse.Config, logger *slog.Logger) (func(), error) {
 	secrets, err := f.check()
 	if err != nil || !f.on() {
 		return func() {}, err
 	}
-	c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: *f.url, Secrets: secrets, Timeout: *f.timeout, Insecure: *f.insecure})
-	if err != nil {
-		return nil, err
+	var c ordersvc.Client
+	switch {
+	case f.amqp():
+		ac, err := ordersvc.DialAMQP(ctx, *f.url, ordersvc.AMQPSecrets(secrets...), ordersvc.AMQPTimeout(*f.timeout), ordersvc.AMQPLogger(logger))
+		if err != nil {
+			return nil, fmt.Errorf("--order-service %s: %w", redact.URL(*f.url), err)
+		}
+		c = ac
+	default:
+		hc, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: *f.url, Secrets: secrets, Timeout: *f.timeout, Insecure: *f.insecure})
+		if err != nil {
+			return nil, err
+		}
+		c = hc
 	}
 	cfg.OrderService = c
 	cfg.Commands = ordersvc.DispatcherConfig{

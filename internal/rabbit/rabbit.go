@@ -53,6 +53,16 @@
 // connection. Deliveries not acknowledged when a channel is lost go back to
 // the queue and are delivered again (with Redelivered set), so handlers must
 // tolerate seeing a message twice.
+//
+// # Request and reply
+//
+// Requester is the asking side of request/reply (lapse's commands to the
+// inventory and to the order service): a confirmed publish with reply_to a
+// private reply queue that outlives reconnects, and the reply matched to
+// its request by correlation id. The answering side consumes with
+// Conn.Serve (handlers run concurrently, and a stop lets those in hand
+// settle) and answers with Conn.Reply; what to do with a request and how
+// to settle it stays the responder's.
 package rabbit
 
 import (
@@ -61,7 +71,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"slices"
 	"strings"
@@ -184,7 +193,7 @@ type Conn struct {
 // reconnects by itself whenever the connection is lost, until Close.
 func Dial(ctx context.Context, rawURL string, cfg Config) (*Conn, error) {
 	shown := redact.URL(rawURL)
-	if err := checkURL(rawURL); err != nil {
+	if err := CheckURL(rawURL); err != nil {
 		return nil, fmt.Errorf("rabbit: URL %s: %w", shown, err)
 	}
 	cfg, err := cfg.withDefaults()
@@ -451,11 +460,7 @@ func (c *Conn) Close() error {
 // backoff is the wait before reconnect attempt n (from 1): MinBackoff
 // doubling up to MaxBackoff, and from half of that to all of it.
 func (c *Conn) backoff(attempt int) time.Duration {
-	d := c.cfg.MaxBackoff
-	if shift := attempt - 1; shift < 32 {
-		d = min(d, c.cfg.MinBackoff<<shift)
-	}
-	return d/2 + rand.N(d/2+1)
+	return Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 }
 
 // permanent reports whether a connection error is one that retrying cannot
@@ -486,10 +491,12 @@ var urlParams = []string{
 // and server_name_indication.
 func URLParams() []string { return slices.Clone(urlParams) }
 
-// checkURL rejects what amqp091 would misread or silently ignore: another
-// scheme, an unknown query parameter (a typo would go unnoticed). Its errors
-// do not quote the URL, which holds a password.
-func checkURL(rawURL string) error {
+// CheckURL rejects what Dial would refuse without connecting, and what
+// amqp091 would misread or silently ignore: another scheme, an unknown query
+// parameter (a typo would go unnoticed). Its errors do not quote the URL,
+// which holds a password: a flag's check can say what is wrong before
+// anything connects.
+func CheckURL(rawURL string) error {
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
