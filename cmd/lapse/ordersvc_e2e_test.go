@@ -35,14 +35,6 @@ import (
 
 const e2eOrderServiceSecret = "whsec_ZTJlLW9yZGVyLXNlcnZpY2Utc2VjcmV0LWZvci1sYXBzZQ=="
 
-// deliveries reads the receiver's deliveries, none while it is down.
-func deliveries(py *ordersvctest.Python, isDown bool) []ordersvctest.Delivery {
-	if isDown {
-		return nil
-	}
-	return py.Deliveries()
-}
-
 // holdProxy stands between lapse and the receiver. Armed, it forwards the
 // next command, gets the receiver's answer (the command is applied), tells
 // the test, and waits for it to kill lapse before dropping the answer: lapse
