@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -172,8 +173,22 @@ func TestThreeInstancesRelayEveryEventOnce(t *testing.T) {
 	must(servers[0].api().SetStock(t.Context(), "hot", 1000))(t)
 	const orders = 300
 	placeOrders(t, servers, "r", orders, time.Now().Add(placeAhead+time.Second), 2*time.Second)
-	for i := 0; i < orders; i += 3 { // a third cancelled by the buyer, the rest by timeout
-		must(servers[i%3].api().Cancel(t.Context(), fmt.Sprintf("r-%03d", i)))(t)
+	// A third cancelled by the buyer, the rest by timeout. On a loaded
+	// machine a buyer's cancel can come after its order's deadline: the
+	// timer cancelled it, which writes the same two events.
+	late := 0
+	for i := 0; i < orders; i += 3 {
+		_, err := servers[i%3].api().Cancel(t.Context(), fmt.Sprintf("r-%03d", i))
+		if errors.Is(err, client.ErrOrderNotPending) {
+			late++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if late > 0 {
+		t.Logf("%d buyer cancels came after the order's deadline", late)
 	}
 	evs := rcv.waitDistinct(2*orders, 60*time.Second)
 	if d := checkArrivals(t, evs); d != 0 {

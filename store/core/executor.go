@@ -349,6 +349,9 @@ type CreateExecutor interface {
 
 // CreateArgs is one create for CreateExecutor.SendCreate.
 type CreateArgs struct {
+	// Tell: the store tells other instances the deadline at commit
+	// (Config.TellDeadlines), in the create's own round trip.
+	Tell bool
 	// Now is the transaction's now; zero: the statement reads the
 	// database's clock (truncated to milliseconds), once, for every time it
 	// writes.

@@ -56,6 +56,7 @@ func (s *Store) createSent(ctx context.Context, tx *Tx, ce CreateExecutor, p sto
 		}
 	}
 	a, err := createArgs(p, now, tx.guard)
+	a.Tell = s.tellDue
 	if err != nil {
 		return store.CreateOrderResult{}, err
 	}

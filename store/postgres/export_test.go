@@ -91,19 +91,29 @@ func (s *Store) Tx(ctx context.Context, fn func(tx TxConn) error) error {
 // core's paygroup.go, off in a PostgreSQL store), one savepoint each.
 func (s *Store) WithSavepoints() *Store {
 	cfg := s.cfg
-	cfg.Driver = savepointDriver{s.cfg.Driver}
+	ce, _ := s.cfg.Driver.(core.CommandExecutor)
+	cfg.Driver = savepointDriver{s.cfg.Driver, ce}
 	cfg.PaymentGroup = 32
 	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
 }
 
-type savepointDriver struct{ core.Driver }
+// savepointDriver hides the group statements of the driver; the commands
+// of order-service mode stay (CommandExecutor).
+type savepointDriver struct {
+	core.Driver
+	core.CommandExecutor
+}
 
 func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
 	etx, err := d.Driver.Begin(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	return struct{ core.ExecutorTx }{etx}, nil // LockGroup and WriteGroup hidden
+	ce, _ := etx.(core.CommandExecutor)
+	return struct {
+		core.ExecutorTx
+		core.CommandExecutor
+	}{etx, ce}, nil // LockGroup and WriteGroup hidden
 }
 
 // WithoutPipelinedCancel is s with the timeout cancel on the core's general

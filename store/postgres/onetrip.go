@@ -88,6 +88,9 @@ func (e executor) sendCreate(ctx context.Context, a core.CreateArgs) (core.Creat
 	// Statements that must go with the create, in the same round trip,
 	// queue here: they run after it, inside its savepoint, so an undone
 	// create takes them back too.
+	if a.Tell {
+		b.Queue(q.Get("notify_created"), o.ID)
+	}
 	if err := e.send(ctx, &b); err != nil {
 		return core.CreateState{}, err
 	}

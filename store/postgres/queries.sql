@@ -291,6 +291,14 @@ ORDER BY e.n;
 -- rides the pipeline of the transition's effects: no round trip of its own.
 SELECT pg_notify(left('lapse_due:' || current_schema(), 63), p) FROM unnest($1::text[]) AS p;
 
+-- name: notify_created
+-- notify_due for the order the one-trip create just wrote (its cancel_after
+-- is computed by that statement): $1 the order id. A create refused later is
+-- rolled back to its savepoint, and its notice with it.
+SELECT pg_notify(left('lapse_due:' || current_schema(), 63),
+                 floor(extract(epoch FROM cancel_after) * 1000)::bigint || ' ' || id)
+FROM lapse_orders WHERE id = $1;
+
 -- name: hook_failure_note
 -- One more failure of the hook $2 of order $1 at $4, its error $3; a first
 -- one makes the record (next_at set right after by hook_failure_retry).
