@@ -24,8 +24,9 @@ test:
 test-unit:
 	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= LAPSE_TEST_AMQP= LAPSE_TEST_NATS= go test -race -count=1 $(GOTESTFLAGS) ./...
 
+## build: bin/lapse, naming its commit (`bin/lapse --version`) even where GOFLAGS holds -buildvcs=false
 build:
-	go build -o bin/lapse ./cmd/lapse
+	go build -buildvcs=auto -ldflags "-X main.commit=$$(git rev-parse HEAD 2>/dev/null) -X main.date=$$(git log -1 --format=%cI 2>/dev/null)" -o bin/lapse ./cmd/lapse
 
 ## run: lapse on the embedded default (SQLite file lapse.db, in-process timers)
 run:

@@ -14,12 +14,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
-)
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+	"github.com/lapsehq/lapse/store"
+)
 
 type command struct {
 	name, summary string
@@ -37,7 +35,7 @@ var commands = []command{
 	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},
-	{"version", "print the version", runVersion},
+	{"version", "print the version, the commit and the Go version it was built from (--json)", runVersion},
 }
 
 // exitError carries a specific exit status (audit: 1 for a violation, 2 when
@@ -64,6 +62,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, readBuildInfo())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
@@ -76,6 +78,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
+		suffix := ""
+		if errors.Is(err, store.ErrSchemaTooNew) {
+			// The store names the schema's versions; the binary's own
+			// version is what the operator compares them with.
+			suffix = fmt.Sprintf(" (this binary: lapse %s)", readBuildInfo().Version)
+		}
 		var ee exitError
 		switch {
 		case err == nil:
@@ -84,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.As(err, &ee):
 			if ee.err != nil {
-				fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, ee.err)
+				fmt.Fprintf(stderr, "lapse %s: %v%s\n", c.name, ee.err, suffix)
 			}
 			return ee.code
 		case errors.Is(err, errUsage):
@@ -93,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return 2
 		default:
-			fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "lapse %s: %v%s\n", c.name, err, suffix)
 			return 1
 		}
 	}
@@ -109,17 +117,4 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-}
-
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	v := version
-	goVersion := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goVersion = bi.GoVersion
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-	}
-	fmt.Fprintf(stdout, "lapse %s (%s)\n", v, goVersion)
-	return nil
 }

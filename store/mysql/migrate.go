@@ -103,6 +103,14 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string, legacyFS fs
 	if _, err := conn.ExecContext(ctx, q.Get("schema_migrations_create")); err != nil {
 		return fmt.Errorf("mysql: migrate: %w", err)
 	}
+	v, err := schemaVersions(ctx, conn)
+	if err != nil {
+		return err
+	}
+	v.Want = ms[len(ms)-1].Version
+	if err := v.TooNew(); err != nil {
+		return err
+	}
 	applied, err := appliedVersions(ctx, conn, "schema_migrations_list")
 	if err != nil {
 		return fmt.Errorf("mysql: migrate: %w", err)

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/lapsehq/lapse/internal/migrate"
@@ -12,28 +13,32 @@ var _ store.SchemaChecker = (*Store)(nil)
 
 // CheckSchema implements store.SchemaChecker.
 func (s *Store) CheckSchema(ctx context.Context) error {
-	ms, err := migrate.Load(files, "migrations")
+	v, err := schemaVersions(ctx, s.db)
 	if err != nil {
 		return err
 	}
-	var ours, legacy bool
-	if err := s.db.QueryRowContext(ctx, q.Get("migrate_state")).Scan(&ours, &legacy); err != nil {
-		return fmt.Errorf("mysql: check the schema: %w", err)
+	return v.Check()
+}
+
+// schemaVersions reads what db finds of lapse's schema: the pool, or the
+// migration's connection (under its lock).
+func schemaVersions(ctx context.Context, db interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (store.SchemaVersions, error) {
+	ms, err := migrate.Load(files, "migrations")
+	if err != nil {
+		return store.SchemaVersions{}, err
 	}
-	latest := 0
+	v := store.SchemaVersions{Kind: "mysql", Want: ms[len(ms)-1].Version, Renamed: renamedVersion}
+	var ours, legacy bool
+	if err := db.QueryRowContext(ctx, q.Get("migrate_state")).Scan(&ours, &legacy); err != nil {
+		return v, fmt.Errorf("mysql: check the schema: %w", err)
+	}
+	v.Legacy = !ours && legacy
 	if ours {
-		if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM lapse_schema_migrations`).Scan(&latest); err != nil {
-			return fmt.Errorf("mysql: check the schema: %w", err)
+		if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM lapse_schema_migrations`).Scan(&v.Latest); err != nil {
+			return v, fmt.Errorf("mysql: check the schema: %w", err)
 		}
 	}
-	want := ms[len(ms)-1].Version
-	switch {
-	case !ours && legacy:
-		return fmt.Errorf("mysql: the database holds the unprefixed tables of a lapse before version %d (%w, which renames them to lapse_*)", renamedVersion, store.ErrNotMigrated)
-	case latest == 0:
-		return fmt.Errorf("mysql: the database holds no lapse schema (%w)", store.ErrNotMigrated)
-	case latest < want:
-		return fmt.Errorf("mysql: the schema is at version %d, this lapse needs %d (%w)", latest, want, store.ErrNotMigrated)
-	}
-	return nil
+	return v, nil
 }

@@ -262,9 +262,19 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string, legacyFS fs
 		if !ours && legacy {
 			return renameLegacy(ctx, tx, legacyFS, legacyDir)
 		}
-		_, err := tx.Exec(ctx, q.Get("migrate_table"))
-		return err
+		if _, err := tx.Exec(ctx, q.Get("migrate_table")); err != nil {
+			return err
+		}
+		v, err := s.schemaVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		v.Want = ms[len(ms)-1].Version
+		return v.TooNew()
 	})
+	if errors.Is(err, store.ErrSchemaTooNew) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
 	}

@@ -292,9 +292,19 @@ func (s *Store) migrate(ctx context.Context, fsys fs.FS, dir string, legacyFS fs
 		if !ours && legacy {
 			return s.renameLegacy(ctx, tx, legacyFS, legacyDir)
 		}
-		_, err := tx.ExecContext(ctx, migrateTable)
-		return err
+		if _, err := tx.ExecContext(ctx, migrateTable); err != nil {
+			return err
+		}
+		v, err := schemaVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		v.Want = ms[len(ms)-1].Version
+		return v.TooNew()
 	})
+	if errors.Is(err, store.ErrSchemaTooNew) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
