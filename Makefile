@@ -14,7 +14,7 @@ export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CL
 
 GOTESTFLAGS ?=
 
-.PHONY: test test-unit build run bench lint fuzz
+.PHONY: test test-unit build run bench lint fuzz check-deploy
 
 ## test: every test, with the race detector, including the integration suites
 test:
@@ -41,3 +41,7 @@ lint:
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCreateOrder -fuzztime 60s ./httpapi/
+
+## check-deploy: promtool on deploy/prometheus, systemd-analyze verify on deploy/systemd (installs them as root on Debian)
+check-deploy:
+	bash scripts/check-deploy.sh

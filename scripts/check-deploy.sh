@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Checks of what deploy/ ships, without a Docker engine or a running systemd:
+#   - deploy/prometheus/lapse-rules.yaml with promtool (Debian's prometheus);
+#   - deploy/systemd/lapse.service with systemd-analyze verify, in a root of
+#     its own holding the system's units and a built lapse as /usr/bin/lapse
+#     (verify exits 0 on some errors, such as an unknown key: any output fails).
+# Called by .ci/run and `make check-deploy`; installs what it needs when run
+# as root on a Debian machine without it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+install_pkg() {
+	if [ "$(id -u)" != 0 ]; then echo "check-deploy: $1 is missing (apt-get install $2)" >&2; exit 1; fi
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+}
+
+echo "check-deploy: promtool check rules"
+command -v promtool >/dev/null || install_pkg promtool prometheus
+promtool check rules deploy/prometheus/lapse-rules.yaml
+
+echo "check-deploy: systemd-analyze verify deploy/systemd/lapse.service"
+command -v systemd-analyze >/dev/null || install_pkg systemd-analyze systemd
+root=$(mktemp -d /tmp/lapse-check-deploy.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root/usr/bin" "$root/etc/systemd/system" "$root/lib/systemd" "$root/usr/lib/systemd"
+cp -a /lib/systemd/system "$root/lib/systemd/"
+[ -d /usr/lib/systemd/system ] && cp -a /usr/lib/systemd/system "$root/usr/lib/systemd/"
+go build -o "$root/usr/bin/lapse" ./cmd/lapse
+cp deploy/systemd/lapse.service "$root/etc/systemd/system/"
+out=$(systemd-analyze verify --man=no --root="$root" /etc/systemd/system/lapse.service 2>&1) || { echo "$out"; exit 1; }
+if [ -n "$out" ]; then echo "$out"; echo "check-deploy: systemd-analyze verify printed the above"; exit 1; fi
+echo "check-deploy: ok"
