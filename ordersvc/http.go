@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -136,6 +137,81 @@ func ReadAnswer(raw []byte, id string) (Answer, error) {
 		return Answer{}, fmt.Errorf("answer to %s: retry_after_seconds %d", id, a.RetryAfterSeconds)
 	}
 	return a, nil
+}
+
+// ErrNoStatusRoute is the error of Status when the order service answers
+// 404 or 405 to a status request: its receiver has no status route (the
+// Receiver without ReceiverConfig.Status, a receiver that takes POSTs only),
+// or the URL is not the receiver's.
+var ErrNoStatusRoute = errors.New("ordersvc: the order service has no status route")
+
+// Status asks the order service where an order stands (lapse reconcile):
+// the signed GET <URL>?order_id=orderID of NewStatusRequest, whose answer
+// is a StatusAnswer. An error says why no status was had — a refused
+// signature (401), no status route (ErrNoStatusRoute), an answer outside
+// the contract, no answer within the timeout — and is never a guess.
+func (h *HTTP) Status(ctx context.Context, orderID string) (OrderStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := NewStatusRequest(ctx, h.url, h.signer, orderID, time.Now())
+	if err != nil {
+		return "", err
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return "", fmt.Errorf("status of order %s: order service %s: no answer within %s", orderID, h.display, h.timeout)
+		}
+		return "", fmt.Errorf("status of order %s: order service %s: %w", orderID, h.display, endpoint.Cause(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return "", fmt.Errorf("status of order %s: order service %s: read the answer: %w", orderID, h.display, endpoint.Cause(err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		serr := &StatusError{URL: h.display, Code: resp.StatusCode}
+		code := errorCode(raw)
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusMethodNotAllowed:
+			return "", fmt.Errorf("status of order %s: %w: %w to GET ?order_id= (a receiver answers status requests with ReceiverConfig.Status, "+
+				"or the reference receivers' GET route: docs/order-service.md)", orderID, ErrNoStatusRoute, serr)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return "", fmt.Errorf("status of order %s: %w%s: the order service does not take the request's signature (check the secret)", orderID, serr, code)
+		}
+		return "", fmt.Errorf("status of order %s: %w%s", orderID, serr, code)
+	}
+	return readStatus(raw, orderID)
+}
+
+// readStatus decodes a status answer to the request about orderID.
+func readStatus(raw []byte, orderID string) (OrderStatus, error) {
+	if len(raw) > maxAnswer {
+		return "", fmt.Errorf("status of order %s: the answer is larger than %d KiB", orderID, maxAnswer>>10)
+	}
+	var a StatusAnswer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return "", fmt.Errorf("status of order %s: the answer is not JSON with a status", orderID)
+	}
+	switch {
+	case !a.Status.Valid():
+		return "", fmt.Errorf("status of order %s: status %q, want one of pending, paying, paid, cancelled, not_found", orderID, a.Status)
+	case a.OrderID != "" && a.OrderID != orderID:
+		return "", fmt.Errorf("status of order %s: the answer names order %q", orderID, a.OrderID)
+	}
+	return a.Status, nil
+}
+
+// errorCode is " (code)" for an error body of the receivers' shape
+// ({"error": {"code": …}}) whose code is a plain word, "" otherwise: the
+// rest of a body is not quoted (it may echo anything).
+func errorCode(raw []byte) string {
+	var b errorBody
+	if json.Unmarshal(raw, &b) != nil || b.Error.Code == "" || len(b.Error.Code) > 64 ||
+		strings.ContainsFunc(b.Error.Code, func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) {
+		return ""
+	}
+	return " (" + b.Error.Code + ")"
 }
 
 // Close implements Client.

@@ -166,3 +166,95 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// HTTP.Status asks the Go Receiver's status route over real HTTP: a signed
+// GET whose webhook-id names the order. A receiver with another secret, one
+// without the route, and one that answers outside the contract are errors
+// that say which.
+func TestHTTPStatusAgainstTheReceiver(t *testing.T) {
+	statuses := map[string]ordersvc.OrderStatus{"o-1": ordersvc.StatusPending, "o-2": ordersvc.StatusPaid, "o-3": ordersvc.StatusCancelled,
+		"o-4": ordersvc.StatusPaying, "o-bad": "shipped"}
+	statusFunc := func(_ context.Context, orderID string) (ordersvc.OrderStatus, error) {
+		if orderID == "o-down" {
+			return "", errors.New("replica lagging")
+		}
+		if s, ok := statuses[orderID]; ok {
+			return s, nil
+		}
+		return ordersvc.StatusNotFound, nil
+	}
+	start := func(t *testing.T, status ordersvc.StatusFunc) string {
+		t.Helper()
+		rc := newReceiver(t, ordersvc.ReceiverConfig{Secrets: []string{secretOld}, Apply: newApplier(ordersvc.Answer{}).apply, Status: status,
+			Now: time.Now})
+		mux := http.NewServeMux()
+		mux.Handle("/lapse", rc)
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv.URL + "/lapse"
+	}
+	status := func(t *testing.T, url string, secrets ...string) func(string) (ordersvc.OrderStatus, error) {
+		c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: url, Secrets: secrets, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return func(id string) (ordersvc.OrderStatus, error) { return c.Status(context.Background(), id) }
+	}
+
+	url := start(t, statusFunc)
+	ask := status(t, url, secretNew, secretOld) // mid-rotation: the receiver has the old secret only
+	for id, want := range map[string]ordersvc.OrderStatus{"o-1": ordersvc.StatusPending, "o-2": ordersvc.StatusPaid, "o-3": ordersvc.StatusCancelled,
+		"o-4": ordersvc.StatusPaying, "o-9": ordersvc.StatusNotFound, "o/ü&x=1": ordersvc.StatusNotFound} {
+		if got, err := ask(id); err != nil || got != want {
+			t.Errorf("status of %q: %q, %v; want %q", id, got, err, want)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, id string
+		ask      func(string) (ordersvc.OrderStatus, error)
+		want     []string
+		noRoute  bool
+	}{
+		{"a bad signature", "o-1", status(t, url, secretNew), []string{"401", "invalid_signature", "secret"}, false},
+		{"no status route", "o-1", status(t, start(t, nil), secretOld), []string{"404", "no status route", "GET ?order_id="}, true},
+		{"a path that is not the receiver", "o-1", status(t, strings.TrimSuffix(url, "/lapse")+"/elsewhere", secretOld), []string{"404"}, true},
+		{"Status fails", "o-down", ask, []string{"503"}, false},
+		{"a sixth status", "o-bad", ask, []string{"500"}, false},
+	} {
+		got, err := tc.ask(tc.id)
+		if err == nil {
+			t.Errorf("%s: %q, want an error", tc.name, got)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v; want it to say %q", tc.name, err, w)
+			}
+		}
+		if errors.Is(err, ordersvc.ErrNoStatusRoute) != tc.noRoute {
+			t.Errorf("%s: %v; errors.Is ErrNoStatusRoute %v", tc.name, err, !tc.noRoute)
+		}
+	}
+}
+
+// An answer that is not a status of the order asked about is an error,
+// never a guess.
+func TestHTTPStatusRefusesOtherAnswers(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"order_id":"o-2","status":"paid"}`: "names order",
+		`{"order_id":"o-1","status":"gone"}`: "status \"gone\"",
+		`not json`:                           "not JSON",
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, body) }))
+		c, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL, Secrets: []string{secretOld}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Status(context.Background(), "o-1"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("answer %s: %q, %v; want an error saying %q", body, got, err, want)
+		}
+		srv.Close()
+	}
+}

@@ -416,11 +416,17 @@ func (s *stockRun) add(m StockMismatch) {
 // parallel runs f for every id, Concurrency at a time, and returns the
 // first error (the others are not started).
 func (s *stockRun) parallel(ctx context.Context, ids []string, f func(ctx context.Context, id string) error) error {
+	return parallel(ctx, s.p.Concurrency, ids, f)
+}
+
+// parallel runs f for every id, concurrency at a time, and returns the
+// first error (the others are not started).
+func parallel(ctx context.Context, concurrency int, ids []string, f func(ctx context.Context, id string) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs := make(chan string)
 	var wg sync.WaitGroup
-	for range s.p.Concurrency {
+	for range concurrency {
 		wg.Go(func() {
 			for id := range jobs {
 				if err := f(ctx, id); err != nil {

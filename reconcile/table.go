@@ -166,3 +166,61 @@ func WriteStockTable(w io.Writer, rep StockReport) error {
 	}
 	return tw.Flush()
 }
+
+// WriteOrderServiceTable writes an order-service reconciliation for a
+// person: a summary, the count of each kind of mismatch, the examples and
+// the errors as aligned tables (left out when there are none). For
+// machines, encode the OrderServiceReport as JSON.
+func WriteOrderServiceTable(w io.Writer, rep OrderServiceReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	span := func(t time.Time, zero string) string {
+		if t.IsZero() {
+			return zero
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	verdict := "OK"
+	if !rep.OK() {
+		verdict = "NOT OK"
+	}
+	against := "the order service"
+	if rep.OrderService != "" {
+		against = "the order service " + showID(rep.OrderService)
+	}
+	fmt.Fprintf(tw, "reconciliation of orders created %s .. %s against %s: %s\n",
+		span(rep.From, "(beginning)"), span(rep.To, "(now)"), against, verdict)
+	mismatched := 0
+	for _, n := range rep.Counts {
+		mismatched += n
+	}
+	fmt.Fprintf(tw, "%d lapse orders, %d answered (%d cancels in flight); %d orders mismatched, %d errors\n",
+		rep.Orders, rep.Asked, rep.InFlight, mismatched, len(rep.Errors))
+	if len(rep.Counts) > 0 {
+		kinds := make([]Kind, 0, len(rep.Counts))
+		for k := range rep.Counts {
+			kinds = append(kinds, k)
+		}
+		slices.Sort(kinds)
+		fmt.Fprintf(tw, "\nKIND\tCOUNT\n")
+		for _, k := range kinds {
+			fmt.Fprintf(tw, "%s\t%d\n", k, rep.Counts[k])
+		}
+		fmt.Fprintf(tw, "\nMISMATCHES (examples of each kind)\n")
+		fmt.Fprintln(tw, "KIND\tORDER\tLAPSE\tSHOP\tCOMMAND\tDETAIL")
+		for _, m := range rep.Mismatches {
+			command := "-"
+			if m.Command != nil {
+				command = showID(m.Command.ID) + " " + string(m.Command.Status)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Kind, idCell(m.OrderID), m.LapseStatus, m.ShopStatus, command, cell(m.Detail))
+		}
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(tw, "\nERRORS (the order service could not tell; run again)\n")
+		fmt.Fprintln(tw, "ORDER\tERROR")
+		for _, e := range rep.Errors {
+			fmt.Fprintf(tw, "%s\t%s\n", idCell(e.OrderID), cell(e.Error))
+		}
+	}
+	return tw.Flush()
+}

@@ -32,6 +32,7 @@ var commands = []command{
 	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink, tail a server's", runEvents},
 	{"orders", "get, list or cancel a running lapse's orders (through its HTTP API)", runOrders},
 	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", runTasks},
+	{"commands", "list the cancel commands the order service has not answered, retry or purge dead ones", runCommands},
 	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},

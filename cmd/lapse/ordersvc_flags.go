@@ -31,26 +31,48 @@ type orderServiceFlags struct {
 }
 
 func addOrderServiceFlags(fs *flagSet) *orderServiceFlags {
+	f := addOrderServiceEndpointFlags(fs, "the shop's order service owns the orders (docs/order-service.md): at each deadline lapse sends a signed "+
+		"order.cancel_if_pending command and the answer decides; https://… (or http:// to a loopback address): a POST to this URL; "+
+		"amqp[s]://user:pass@host:5672/vhost: published to RabbitMQ, answered on a reply queue (?prefix=NAME names the exchange NAME "+
+		"and the order service's queue NAME.commands, default lapse.orders); lapse holds no stock, and orders need the order service's id",
+		"how long one command waits for the order service's answer before it is retried")
+	f.maxAttempts = fs.Int("order-service-max-attempts", 20, "failed sends (no answer, 408, 409, 429, 5xx) after which a command is DEAD, "+
+		"for an operator's lapse commands retry (1 to 10000)")
+	f.maxAge = fs.Duration("order-service-max-age", 24*time.Hour, positive, "how long a command may keep failing before it is DEAD")
+	f.workers = fs.Int("order-service-workers", 2, "batches of commands one instance sends at once (1 to 64)")
+	f.concurrency = fs.Int("order-service-concurrency", 16, "commands one batch has in flight at once, toward the order service (1 to 1000)")
+	f.retryMax = fs.Duration("order-service-retry-max", 5*time.Minute, span{min: 10 * time.Millisecond}, "the longest wait between two sends of a command that failed "+
+		"(the wait doubles from 500 ms per failure, ±20%, up to this)")
+	f.lease = fs.Duration("order-service-lease", 30*time.Second, span{min: 100 * time.Millisecond}, "how long a claimed batch of commands is held by one instance: "+
+		"a command whose instance died between sending and recording the answer goes again after it (with the same id)")
+	return f
+}
+
+// addOrderServiceEndpointFlags defines how the order service is reached
+// and how lapse signs what it sends it — --order-service and its secret,
+// insecure and timeout flags — for lapse serve (addOrderServiceFlags adds
+// the dispatcher's) and lapse reconcile (which asks the status route).
+func addOrderServiceEndpointFlags(fs *flagSet, urlUsage, timeoutUsage string) *orderServiceFlags {
 	return &orderServiceFlags{
-		url: fs.String("order-service", "", "the shop's order service owns the orders (docs/order-service.md): at each deadline lapse sends a signed "+
-			"order.cancel_if_pending command and the answer decides; https://… (or http:// to a loopback address): a POST to this URL; "+
-			"amqp[s]://user:pass@host:5672/vhost: published to RabbitMQ, answered on a reply queue (?prefix=NAME names the exchange NAME "+
-			"and the order service's queue NAME.commands, default lapse.orders); lapse holds no stock, and orders need the order service's id"),
-		secret: fs.String("order-service-secret", "", "Standard Webhooks secret(s) signing the commands (whsec_…; during a rotation the current and the previous one, "+
+		url: fs.String("order-service", "", urlUsage),
+		secret: fs.String("order-service-secret", "", "Standard Webhooks secret(s) signing the requests to the order service (whsec_…; during a rotation the current and the previous one, "+
 			"separated by spaces or commas: the receiver verifies with either)"),
 		secretFile: fs.String("order-service-secret-file", "", "a file with the order-service secret(s), one per line (# comments allowed); instead of --order-service-secret"),
-		insecure:   fs.Bool("order-service-insecure", false, "allow an http:// order-service URL off loopback (commands in clear text; not for amqp:// URLs)"),
-		timeout:    fs.Duration("order-service-timeout", 10*time.Second, span{min: time.Millisecond}, "how long one command waits for the order service's answer before it is retried"),
-		maxAttempts: fs.Int("order-service-max-attempts", 20, "failed sends (no answer, 408, 409, 429, 5xx) after which a command is DEAD, "+
-			"for an operator's lapse commands retry (1 to 10000)"),
-		maxAge:      fs.Duration("order-service-max-age", 24*time.Hour, positive, "how long a command may keep failing before it is DEAD"),
-		workers:     fs.Int("order-service-workers", 2, "batches of commands one instance sends at once (1 to 64)"),
-		concurrency: fs.Int("order-service-concurrency", 16, "commands one batch has in flight at once, toward the order service (1 to 1000)"),
-		retryMax: fs.Duration("order-service-retry-max", 5*time.Minute, span{min: 10 * time.Millisecond}, "the longest wait between two sends of a command that failed "+
-			"(the wait doubles from 500 ms per failure, ±20%, up to this)"),
-		lease: fs.Duration("order-service-lease", 30*time.Second, span{min: 100 * time.Millisecond}, "how long a claimed batch of commands is held by one instance: "+
-			"a command whose instance died between sending and recording the answer goes again after it (with the same id)"),
+		insecure:   fs.Bool("order-service-insecure", false, "allow an http:// order-service URL off loopback (requests in clear text; not for amqp:// URLs)"),
+		timeout:    fs.Duration("order-service-timeout", 10*time.Second, span{min: time.Millisecond}, timeoutUsage),
 	}
+}
+
+// readSecrets reads the signing secrets from --order-service-secret or
+// --order-service-secret-file (nil when neither is set); an error never
+// shows a secret.
+func (f *orderServiceFlags) readSecrets() ([]string, error) {
+	return webhook.ReadSecretsOf("--order-service-secret", *f.secret, *f.secretFile)
+}
+
+// newHTTP is the HTTP client of the order service at --order-service.
+func (f *orderServiceFlags) newHTTP(secrets []string) (*ordersvc.HTTP, error) {
+	return ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: *f.url, Secrets: secrets, Timeout: *f.timeout, Insecure: *f.insecure})
 }
 
 // on reports whether order-service mode is chosen.
@@ -68,7 +90,7 @@ func (f *orderServiceFlags) check() ([]string, error) {
 	if *f.concurrency < 1 || *f.concurrency > 1000 {
 		return nil, fmt.Errorf("--order-service-concurrency %d: want 1 to 1000", *f.concurrency)
 	}
-	secrets, err := webhook.ReadSecretsOf("--order-service-secret", *f.secret, *f.secretFile)
+	secrets, err := f.readSecrets()
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +137,7 @@ func (f *orderServiceFlags) configure(ctx context.Context, cfg *lapse.Config, lo
 		}
 		c = ac
 	default:
-		hc, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: *f.url, Secrets: secrets, Timeout: *f.timeout, Insecure: *f.insecure})
+		hc, err := f.newHTTP(secrets)
 		if err != nil {
 			return nil, err
 		}

@@ -3,21 +3,25 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/reconcile"
 	"github.com/lapsehq/lapse/redact"
 )
 
 // runReconcile is `lapse reconcile`: lapse's orders against another
-// system's records — the payment gateway's (--gateway, --statement) or a
-// remote inventory's ledger (--inventory). Exit 0 when they agree, 1 on a
+// system's records — the payment gateway's (--gateway, --statement), a
+// remote inventory's ledger (--inventory), or the order service that owns
+// the orders in order-service mode (--order-service). Exit 0 when they agree, 1 on a
 // mismatch, 2 when it could not compare (a bad flag, a store or a service
 // that failed): a reconciliation that did not run must not pass for clean,
 // nor for a mismatch, to a script or a cron job.
@@ -28,12 +32,16 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	statement := fs.String("statement", "", "gateway statement file (CSV order_id,payment_id,status,amount_cents; - for stdin) instead of --gateway")
 	inventoryURL := fs.String("inventory", "", "compare the orders' stock with this inventory's ledger (http://host:port, its HTTP API: docs/inventory.md) instead of payments")
 	fs.commandLineOnly("inventory") // LAPSE_INVENTORY is lapse serve's mode (local, amqp://…)
+	osvc := addOrderServiceEndpointFlags(fs, "compare the orders with the order service that owns them (order-service mode, docs/order-service.md): "+
+		"a signed GET URL?order_id=ID per order, the same https:// URL as lapse serve's, instead of payments",
+		"how long one status request waits for the order service's answer")
+	fs.commandLineOnly("order-service") // LAPSE_ORDER_SERVICE is lapse serve's mode; the secrets may come from the environment
 	from := fs.String("from", "", "first created_at to compare (RFC 3339 or YYYY-MM-DD; default 24 h ago)")
 	to := fs.String("to", "", "created_at bound, exclusive (RFC 3339 or YYYY-MM-DD; default now)")
-	concurrency := fs.Int("concurrency", 8, "gateway queries (with --inventory: orders re-read) in flight")
+	concurrency := fs.Int("concurrency", 8, "gateway queries (with --inventory: orders re-read; with --order-service: status requests) in flight")
 	format := fs.String("format", "table", "table or json")
 	asJSON := fs.Bool("json", false, "print the report as JSON (--format json)")
-	examples := fs.Int("examples", 10, "with --inventory: mismatches listed per kind (all are counted)")
+	examples := fs.Int("examples", 10, "with --inventory or --order-service: mismatches listed per kind (all are counted)")
 	checkItems := fs.Bool("check-items", false, "with --inventory: also compare each order's items with its reservation's at the inventory (one GET /reservations/{id} per order)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -44,13 +52,14 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "lapse reconcile: --check-items needs --inventory URL")
 		return errUsage
 	}
-	if *inventoryURL != "" {
-		if onCommandLine["gateway"] || onCommandLine["statement"] {
-			fmt.Fprintln(stderr, "lapse reconcile: give one of --gateway URL, --statement FILE and --inventory URL")
+	switch {
+	case *inventoryURL != "" || osvc.on():
+		if onCommandLine["gateway"] || onCommandLine["statement"] || (*inventoryURL != "" && osvc.on()) {
+			fmt.Fprintln(stderr, "lapse reconcile: give one of --gateway URL, --statement FILE, --inventory URL and --order-service URL")
 			return errUsage
 		}
-	} else if (*gw.url == "") == (*statement == "") {
-		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE (or --inventory URL for stock)")
+	case (*gw.url == "") == (*statement == ""):
+		fmt.Fprintln(stderr, "lapse reconcile: give exactly one of --gateway URL and --statement FILE (or --inventory URL for stock, --order-service URL for the orders' owner)")
 		return errUsage
 	}
 	if *format != "table" && *format != "json" {
@@ -95,6 +104,27 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 
+	var shop *ordersvc.HTTP
+	if osvc.on() {
+		if osvc.amqp() {
+			fmt.Fprintf(stderr, "lapse reconcile: --order-service %s: reconcile needs the order service's HTTP status route (GET URL?order_id=, docs/order-service.md), "+
+				"which AMQP does not carry: give the receiver's https:// URL\n", redact.URL(*osvc.url))
+			return errUsage
+		}
+		secrets, err := osvc.readSecrets()
+		if err == nil && secrets == nil {
+			err = errors.New("--order-service needs a signing secret: set --order-service-secret or --order-service-secret-file")
+		}
+		if err == nil {
+			shop, err = osvc.newHTTP(secrets)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "lapse reconcile: %v\n", err)
+			return errUsage
+		}
+		defer shop.Close()
+	}
+
 	if err := gw.checkRetries(); err != nil {
 		fmt.Fprintf(stderr, "lapse reconcile: %v\n", err)
 		return errUsage
@@ -108,7 +138,24 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer st.Close()
 	var write func() error
 	var ok bool
-	if *inventoryURL != "" {
+	switch {
+	case shop != nil:
+		rep, err := reconcile.ReconcileOrderService(ctx, reconcile.OrderServiceParams{
+			Orders: st, OrderService: shop, From: fromT, To: toT, MaxExamples: *examples, Concurrency: *concurrency,
+			Progress: progressEvery(stderr, 5*time.Second, "asked the order service about"),
+		})
+		if err != nil {
+			return couldNotRun(err)
+		}
+		rep.OrderService = redact.URL(*osvc.url)
+		ok = rep.OK()
+		write = func() error {
+			if *format == "json" {
+				return writeIndented(stdout, rep)
+			}
+			return reconcile.WriteOrderServiceTable(stdout, rep)
+		}
+	case *inventoryURL != "":
 		rep, err := reconcile.ReconcileStock(ctx, reconcile.StockParams{
 			Orders: st, Ledger: reconcile.NewHTTPLedger(*inventoryURL, nil),
 			From: fromT, To: toT, MaxExamples: *examples, Concurrency: *concurrency, CheckItems: *checkItems,
@@ -124,7 +171,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			return reconcile.WriteStockTable(stdout, rep)
 		}
-	} else {
+	default:
 		p := reconcile.Params{Orders: st, From: fromT, To: toT, Concurrency: *concurrency}
 		if *statement != "" {
 			f := os.Stdin
@@ -163,6 +210,22 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitError{code: 1}
 	}
 	return nil
+}
+
+// progressEvery returns a Progress callback that tells stderr how far a
+// long run has got, at most once per interval and never for a run that
+// ends sooner: "<what> 1200 of 5000 orders".
+func progressEvery(stderr io.Writer, interval time.Duration, what string) func(done, total int) {
+	var mu sync.Mutex
+	next := time.Now().Add(interval)
+	return func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := time.Now(); done < total && now.After(next) {
+			fmt.Fprintf(stderr, "%s %d of %d orders\n", what, done, total)
+			next = now.Add(interval)
+		}
+	}
 }
 
 func writeIndented(w io.Writer, v any) error {

@@ -8,8 +8,8 @@ import (
 )
 
 // runSubcommand runs the subcommand args[0] of `lapse name` from subs, or
-// prints usage: the dispatch every command with subcommands (events,
-// orders, tasks) shares.
+// prints usage: the dispatch every command with subcommands (commands,
+// events, orders, tasks) shares.
 func runSubcommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
 	usage func(io.Writer), subs map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error) error {
 	if len(args) == 0 {

@@ -51,7 +51,7 @@ Each takes --store URL (LAPSE_STORE), like the other commands.
 // characters (a longer one names no order).
 const maxTaskOrderID = 64
 
-// maxTaskID bounds a task id given to retry.
+// maxTaskID bounds an id given to retry or purge (a task's, a command's).
 const maxTaskID = 255
 
 func runTasksList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -181,20 +181,9 @@ func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ids := fs.Args()
-	switch {
-	case len(ids) == 0 && !*dead:
-		fmt.Fprintln(stderr, "lapse tasks retry: name the tasks to retry (their ids, as lapse tasks list --dead shows them), or give --dead to retry every DEAD one")
-		return errUsage
-	case len(ids) > 0 && *dead:
-		fmt.Fprintln(stderr, "lapse tasks retry: give task ids or --dead, not both")
-		return errUsage
-	}
-	for _, id := range ids {
-		if len(id) > maxTaskID || !plainID(id) {
-			fmt.Fprintf(stderr, "lapse tasks retry: %q: want a task id (1 to %d characters, no control characters), as lapse tasks list shows it\n", id, maxTaskID)
-			return errUsage
-		}
+	ids, err := deadSelection(stderr, "tasks", "retry", "task", fs.Args(), *dead)
+	if err != nil {
+		return err
 	}
 	st, err := openEventsStore(ctx, *storeURL, false)
 	if err != nil {
@@ -213,6 +202,29 @@ func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "they are due now: a running lapse serve sends them within its dispatcher's interval")
 	}
 	return nil
+}
+
+// deadSelection checks what `lapse <command> <verb>` (tasks retry,
+// commands retry, commands purge) names: the ids given, or with dead every
+// DEAD one, never both nor neither; a usage message on stderr otherwise.
+func deadSelection(stderr io.Writer, command, verb, noun string, ids []string, dead bool) ([]string, error) {
+	switch {
+	case len(ids) == 0 && !dead:
+		fmt.Fprintf(stderr, "lapse %s %s: name the %ss to %s (their ids, as lapse %s list --dead shows them), or give --dead to %s every DEAD one\n",
+			command, verb, noun, verb, command, verb)
+		return nil, errUsage
+	case len(ids) > 0 && dead:
+		fmt.Fprintf(stderr, "lapse %s %s: give %s ids or --dead, not both\n", command, verb, noun)
+		return nil, errUsage
+	}
+	for _, id := range ids {
+		if len(id) > maxTaskID || !plainID(id) {
+			fmt.Fprintf(stderr, "lapse %s %s: %q: want a %s id (1 to %d characters, no control characters), as lapse %s list shows it\n",
+				command, verb, id, noun, maxTaskID, command)
+			return nil, errUsage
+		}
+	}
+	return ids, nil
 }
 
 // plainID reports whether s can be an id: not empty, UTF-8, no control
