@@ -186,9 +186,12 @@ func (r *run) waitCommands(ctx context.Context, res *Result) ([]order.Order, err
 
 // ReceiverConfig is a reference order service for a run: a Go order
 // service's ordersvc.Receiver, signature check and memory deduper included,
-// whose orders live in memory. It answers cancelled, except for the
-// fractions below, chosen by a hash of the order id (so every delivery of a
-// command, and every run, answers an order alike).
+// whose orders live in memory. It knows the payments lapse knows (the
+// command's attempts): an order with a payment that succeeded is
+// already_paid, one with a payment open is paying. Otherwise it answers
+// cancelled, except for the fractions below, chosen by a hash of the order
+// id (so every delivery of a command, and every run, answers an order
+// alike).
 type ReceiverConfig struct {
 	// Secrets verify the commands (lapse's --order-service-secret).
 	Secrets []string
@@ -236,6 +239,15 @@ func (rc *Receiver) Answered() int64 { return rc.answered.Load() }
 func (rc *Receiver) apply(_ context.Context, c ordersvc.Command, commandID string) (ordersvc.Answer, error) {
 	if c.OrderID == "" {
 		return ordersvc.Answer{}, errors.New("bench: a command without an order id")
+	}
+	for _, at := range c.Attempts {
+		switch order.PaymentStatus(at.Status) {
+		case order.PaymentSucceeded:
+			rc.answered.Add(1)
+			return ordersvc.Answer{Result: ordersvc.AlreadyPaid}, nil
+		case order.PaymentPending, order.PaymentSuperseded:
+			return ordersvc.Answer{Result: ordersvc.Paying, RetryAfterSeconds: 1}, nil
+		}
 	}
 	h := fnv.New64a()
 	h.Write([]byte(c.OrderID))
