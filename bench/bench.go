@@ -60,6 +60,11 @@ type Config struct {
 	// there first, and the run reports the stock tasks' lag.
 	Inventory *Inventory
 
+	// OrderService, when set, runs the service in order-service mode: an
+	// order service decides each cancel, and the run reports the lag of its
+	// commands (see OrderService).
+	OrderService *OrderService
+
 	// Orders is how many orders to create. Defaults to 2000; with Duration, 0
 	// means no limit but the duration.
 	Orders int
@@ -236,6 +241,9 @@ func (c *Config) validate() error {
 	case c.AllowedLag < 0:
 		return configError("AllowedLag", "%s: must not be negative", c.AllowedLag)
 	}
+	if c.OrderService != nil && (c.OrderService.Store == nil || c.Inventory != nil) {
+		return configError("OrderService", "needs the service's Store, and no Inventory (the order service owns the stock)")
+	}
 	if inv := c.Inventory; inv != nil && (inv.Client == nil || inv.Probe == nil) {
 		return configError("Inventory", "needs a Client (to reserve) and a Probe (set as the service's Config.Tasks.OnDone)")
 	}
@@ -336,6 +344,9 @@ type Result struct {
 	// ReserveMS is the round trip of the reserve commands sent before each
 	// create (Config.Inventory).
 	ReserveMS *Percentiles `json:"reserve_ms,omitempty"`
+	// Commands is what the order service answered, from the store
+	// (Config.OrderService).
+	Commands *CommandsResult `json:"commands,omitempty"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
@@ -415,6 +426,7 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	for k := range r.cfg.SKUs {
 		var err error
 		switch inv := r.cfg.Inventory; {
+		case r.cfg.OrderService != nil: // the order service owns the stock
 		case inv == nil:
 			err = r.t.setStock(ctx, skuName(k), stockPerSKU)
 		case inv.SetStock != nil: // the service keeps no stock of its own
@@ -447,7 +459,11 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	}
 	var cancelled []order.Order
 	if r.err() == nil {
-		cancelled, err = r.waitCancels(wctx)
+		if r.cfg.OrderService != nil {
+			cancelled, err = r.waitCommands(wctx, &res)
+		} else {
+			cancelled, err = r.waitCancels(wctx)
+		}
 		if err != nil {
 			r.fail(err)
 		}

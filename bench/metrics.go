@@ -17,6 +17,7 @@ const (
 	metricCancelled   = "lapse_orders_cancelled_total"
 	metricLateness    = "lapse_cancel_lateness_seconds"
 	metricSweepCaught = "lapse_sweep_caught_total"
+	metricCommands    = "lapse_order_commands_total"
 )
 
 // counts is what the harness reads from the service's metrics while it runs:
@@ -25,23 +26,34 @@ type counts struct {
 	cancelled   float64 // timeout cancels
 	sweepCaught float64
 	lateness    histogram
+	// commandsFinal counts the order service's final answers (order-service
+	// mode): cancelled, already_cancelled, already_paid.
+	commandsFinal float64
+}
+
+// finalAnswer reports whether a result label of lapse_order_commands_total
+// is an answer that ends its command with its order's transition.
+func finalAnswer(result string) bool {
+	return result == "cancelled" || result == "already_cancelled" || result == "already_paid"
 }
 
 // minus returns c - base, for a server that ran before the bench started.
 func (c counts) minus(base counts) counts {
 	return counts{
-		cancelled:   c.cancelled - base.cancelled,
-		sweepCaught: c.sweepCaught - base.sweepCaught,
-		lateness:    c.lateness.minus(base.lateness),
+		cancelled:     c.cancelled - base.cancelled,
+		sweepCaught:   c.sweepCaught - base.sweepCaught,
+		lateness:      c.lateness.minus(base.lateness),
+		commandsFinal: c.commandsFinal - base.commandsFinal,
 	}
 }
 
 // plus adds the counts of another Service (one per restart).
 func (c counts) plus(o counts) counts {
 	return counts{
-		cancelled:   c.cancelled + o.cancelled,
-		sweepCaught: c.sweepCaught + o.sweepCaught,
-		lateness:    c.lateness.plus(o.lateness),
+		cancelled:     c.cancelled + o.cancelled,
+		sweepCaught:   c.sweepCaught + o.sweepCaught,
+		lateness:      c.lateness.plus(o.lateness),
+		commandsFinal: c.commandsFinal + o.commandsFinal,
 	}
 }
 
@@ -133,6 +145,14 @@ func gatherCounts(g prometheus.Gatherer) (counts, error) {
 			for _, m := range mf.GetMetric() {
 				c.sweepCaught += m.GetCounter().GetValue()
 			}
+		case metricCommands:
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && finalAnswer(l.GetValue()) {
+						c.commandsFinal += m.GetCounter().GetValue()
+					}
+				}
+			}
 		case metricLateness:
 			for _, m := range mf.GetMetric() {
 				var h histogram
@@ -172,6 +192,10 @@ func parseCounts(r io.Reader) (counts, error) {
 			}
 		case metricSweepCaught:
 			c.sweepCaught += value
+		case metricCommands:
+			if finalAnswer(labels["result"]) {
+				c.commandsFinal += value
+			}
 		case metricLateness + "_bucket":
 			le, err := strconv.ParseFloat(labels["le"], 64)
 			if err != nil {

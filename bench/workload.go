@@ -187,7 +187,11 @@ func (r *run) schedulePayment(ctx context.Context, o order.Order, i int64) {
 		switch {
 		case err == nil:
 			r.paid.Add(1)
-		case errors.Is(err, errPayMissed):
+		case errors.Is(err, errPayMissed),
+			// In order-service mode the order service's answer decides: a
+			// payment that started after its command went out may find
+			// the order cancelled (its attempt is then money to refund).
+			errors.Is(err, errNotPaid) && r.cfg.OrderService != nil:
 			r.payMissed.Add(1)
 			r.due(o.CancelAfter)
 		case ctx.Err() == nil:

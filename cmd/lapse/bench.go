@@ -21,6 +21,7 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/bench"
 	"github.com/lapsehq/lapse/inventory"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
@@ -85,12 +86,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	invReserve := fs.String("reserve-via", "transport", "with --inventory: how the run reserves each order — transport (a reserve command over --inventory's transport, as lapse --inventory-reserve would) or api (POST /reservations on --inventory-api, as a shop's checkout would; lapse's tasks still use the transport)")
 	taskWorkers := fs.Int("task-workers", 2, "with --inventory: batches of stock tasks the dispatcher sends at once (lapse serve --task-workers; 1 to 64)")
 	sinkFl := addSinkFlags(fs)
+	osFl := addBenchOrderServiceFlags(fs)
 	relayDrain := fs.Int("relay-drain", 0, "with --sink: before the run, write this many orders' events with no relay running, then time one relay emptying them into each sink, beside a plain publisher to the same broker (the ceiling)")
 	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (in-process service included) to this file, for go tool pprof")
 	blockProfile := fs.String("blockprofile", "", "write a profile of where goroutines waited (locks, channels, the store's connection pool) to this file")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, joinOrderServiceURL(args)); err != nil {
 		return err
 	}
 	given := map[string]bool{}
@@ -149,6 +151,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usage("--task-workers %d: want 1 to 64", *taskWorkers)
 	}
 	if err := checkBenchInventory(*invURL, *invAPI, *invReserve, *target != ""); err != nil {
+		return usage("%v", err)
+	}
+	if err := osFl.check(given, *target != "", *invURL); err != nil {
 		return usage("%v", err)
 	}
 	redisTimers := isRedisURL(*timers)
@@ -359,9 +364,23 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			inv.Tasks = st
 			cfg.Inventory, invClient = inv, client
 		}
+		var (
+			osClient ordersvc.Client
+			osWhat   string
+		)
+		if osFl.svc.on {
+			client, what, closeOS, err := osFl.open(logger)
+			if err != nil {
+				return err
+			}
+			defer closeOS()
+			osClient, osWhat = client, what
+			cfg.OrderService = &bench.OrderService{Store: st}
+		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
 			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
 			withBenchInventory(&c, cfg.Inventory, invClient, *taskWorkers)
+			osFl.configure(&c, osClient)
 			if rdb != nil {
 				s, err := redis.New(rdb, redis.Config{Prefix: prefix, Logger: logger})
 				if err != nil {
@@ -376,6 +395,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		onWhat = fmt.Sprintf("%s + %s timers", redact.URL(storeArg), redact.URL(*timers))
 		if *invURL != "" {
 			onWhat += ", stock at the inventory " + redact.URL(*invURL)
+		}
+		if osWhat != "" {
+			onWhat += ", orders owned by " + osWhat
 		}
 		if chaos != nil {
 			onWhat += describeChaos(chaos.Result())
@@ -413,7 +435,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		printBench(stdout, res)
 	}
-	if res.Audit.Status == "failed" || res.Early > 0 || res.TasksNotDone > 0 || res.TasksDead > 0 {
+	if res.Audit.Status == "failed" || res.Early > 0 || res.TasksNotDone > 0 || res.TasksDead > 0 ||
+		(res.Commands != nil && (res.Commands.Unanswered > 0 || res.Commands.Mismatched > 0)) {
 		return exitError{code: 1}
 	}
 	return nil
@@ -575,6 +598,7 @@ func printBench(w io.Writer, res bench.Result) {
 		}
 	}
 	printBenchInventory(w, res)
+	printBenchCommands(w, res)
 	if res.RelayUndelivered > 0 {
 		fmt.Fprintf(w, "relay         %d events still undelivered at the end\n", res.RelayUndelivered)
 	}
