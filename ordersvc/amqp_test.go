@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,31 +104,8 @@ func amqpDelivery(order string) ordersvc.Delivery {
 func amqpPrefix(t testing.TB) string {
 	t.Helper()
 	prefix := rabbittest.Name("orders")
-	deleteAMQPAtEnd(t, []string{prefix}, []string{prefix + ".commands"})
+	rabbittest.DeleteAtEnd(t, []string{prefix}, []string{prefix + ".commands"})
 	return prefix
-}
-
-// deleteAMQPAtEnd deletes exchanges and queues when t ends, on a
-// connection of its own (a test may restart the broker).
-func deleteAMQPAtEnd(t testing.TB, exchanges, queues []string) {
-	url := rabbittest.URL(t)
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(url)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for _, q := range queues {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		for _, x := range exchanges {
-			_ = ch.ExchangeDelete(x, false, false)
-		}
-	})
 }
 
 // receiver runs an AMQPServer applying with shop until stopped (or t
@@ -184,7 +159,7 @@ func dialClient(t testing.TB, url string, opts ...ordersvc.AMQPOption) *ordersvc
 	if err != nil {
 		t.Fatal(err)
 	}
-	deleteAMQPAtEnd(t, nil, []string{c.ReplyQueue()})
+	rabbittest.DeleteAtEnd(t, nil, []string{c.ReplyQueue()})
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("client Close: %v", err)
@@ -525,51 +500,6 @@ func TestAMQPReceiverRestartsMidRun(t *testing.T) {
 	checkEveryOrderCancelledOnce(t, shop, <-done, duringIDs)
 }
 
-// restartBroker restarts the broker, or what its clients see of a restart:
-// by default, every connection through proxy is cut, the non-durable
-// queues a restart loses (lost: the clients' reply queues) are deleted,
-// and the proxy listens again. With LAPSE_TEST_AMQP_RESTART set (a shell
-// command restarting the broker of LAPSE_TEST_AMQP, e.g. `rabbitmqctl
-// stop_app && rabbitmqctl start_app` on a broker of the test's own), that
-// command runs instead: never on a broker other tests share.
-func restartBroker(t *testing.T, proxy *rabbittest.Proxy, lost ...string) {
-	t.Helper()
-	if cmd := os.Getenv("LAPSE_TEST_AMQP_RESTART"); cmd != "" {
-		out, err := exec.Command("sh", "-c", cmd).CombinedOutput()
-		if err != nil {
-			t.Fatalf("LAPSE_TEST_AMQP_RESTART: %v\n%s", err, out)
-		}
-		return
-	}
-	proxy.Cut()
-	conn, err := amqp.Dial(rabbittest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range lost {
-		// Deleted once the broker saw the cut: during the outage.
-		rabbittest.Eventually(t, 10*time.Second, func() bool {
-			ch, err := conn.Channel()
-			if err != nil {
-				return false
-			}
-			defer ch.Close()
-			q, err := ch.QueueDeclarePassive(q, false, false, false, false, amqp.Table{})
-			return err == nil && q.Consumers == 0
-		}, func() string { return "the cut connections' consumers never went away" })
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Fatalf("delete %s: %v", q, err)
-		}
-		_ = ch.Close()
-	}
-	proxy.Restore(t)
-}
-
 // The broker restarts mid-run: lapse's and the receiver's connections are
 // lost with commands waiting in the queue, commands in the receiver's hands
 // (held there by a gate) and answers on their way, and so is lapse's
@@ -581,10 +511,7 @@ func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	prefix := amqpPrefix(t)
 	url := rabbittest.URL(t)
 	proxy := rabbittest.NewProxy(t, url)
-	brokerURL := proxy.URL
-	if os.Getenv("LAPSE_TEST_AMQP_RESTART") != "" {
-		brokerURL = url
-	}
+	brokerURL := proxy.RestartableURL(t)
 	opts := []ordersvc.AMQPOption{ordersvc.AMQPPrefix(prefix), ordersvc.AMQPSecrets(secretOld), ordersvc.AMQPPrefetch(8)}
 	r := startReceiver(t, brokerURL, shop, opts...)
 	c := dialClient(t, brokerURL, append(opts, ordersvc.AMQPTimeout(2*time.Second))...)
@@ -604,7 +531,7 @@ func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	// in the queue.
 	rabbittest.Eventually(t, 30*time.Second, func() bool { return shop.calls.Load() >= applied+8 },
 		func() string { return "the receiver never took the commands" })
-	restartBroker(t, proxy, c.ReplyQueue())
+	rabbittest.RestartBroker(t, proxy, c.ReplyQueue())
 	shop.mu.Lock()
 	close(gate)
 	shop.gate = nil
