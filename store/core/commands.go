@@ -181,10 +181,8 @@ func (s *Store) SettleCommands(ctx context.Context, outcomes []store.CommandOutc
 			return err
 		}
 		res.Now = now
-		for _, o := range outcomes {
-			if err := s.settleCommandIn(ctx, tx, ce, o, now, &res); err != nil {
-				return fmt.Errorf("settle command %s of %s: %w", o.ID, o.OrderID, err)
-			}
+		if err := settleIn(ctx, tx, ce, outcomes, now, &res); err != nil {
+			return err
 		}
 		if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, res.Paid...); err != nil {
 			return err
@@ -197,62 +195,156 @@ func (s *Store) SettleCommands(ctx context.Context, outcomes []store.CommandOutc
 	return res, nil
 }
 
-// settleCommandIn records one outcome and makes the transition its answer
-// decides.
-func (s *Store) settleCommandIn(ctx context.Context, tx *Tx, ce CommandExecutor, o store.CommandOutcome, now time.Time, res *store.SettleCommandsResult) error {
-	r := ordersvc.Result(o.Result)
-	status := order.TaskPending
-	switch {
-	case o.Dead || r == ordersvc.NotFound:
-		status = order.TaskDead
-	case r.Final():
-		status = order.TaskDone
+// CommandBatchExecutor is a CommandExecutor that takes a batch's steps at
+// once: the settles of its commands, then the transitions their answers
+// decide, each step in one round trip (PostgreSQL pipelines the statements)
+// instead of one per command and step. The statements, their order (the
+// batch's lock order) and their results are those of SettleCommand and
+// ResolveCommanded; a driver without it gets the loop below.
+type CommandBatchExecutor interface {
+	SettleCommands(ctx context.Context, steps []SettleStep, now time.Time) (settled []bool, err error)
+	ResolveCommandedMany(ctx context.Context, rs []Resolve, now time.Time) (moved []order.Order, ok []bool, err error)
+}
+
+// SettleStep is one command's settle: its outcome, the status it records
+// and when it is due again.
+type SettleStep struct {
+	Outcome store.CommandOutcome
+	Status  order.TaskStatus
+	NextAt  time.Time
+}
+
+// Resolve is one transition an answer decides (ResolveCommanded).
+type Resolve struct {
+	ID string
+	To order.Status
+}
+
+// settleIn records the outcomes (in the batch's lock order) and makes the
+// transitions their answers decide, adding the moved orders and the
+// conflicts to res.
+func settleIn(ctx context.Context, tx *Tx, ce CommandExecutor, outcomes []store.CommandOutcome, now time.Time, res *store.SettleCommandsResult) error {
+	steps := make([]SettleStep, len(outcomes))
+	for i, o := range outcomes {
+		steps[i] = SettleStep{Outcome: o, Status: commandStatus(o), NextAt: now.Add(max(o.RetryIn, 0))}
 	}
-	settled, err := ce.SettleCommand(ctx, o, status, now, now.Add(max(o.RetryIn, 0)))
-	if err != nil || !settled {
-		return err // a stale claim's outcome: the claim that holds it settles
-	}
-	var to order.Status
-	switch r {
-	case ordersvc.Cancelled, ordersvc.AlreadyCancelled:
-		to = order.Cancelled
-	case ordersvc.AlreadyPaid:
-		to = order.Paid
-	case ordersvc.Paying:
-		to = order.Paying
-	default:
-		return nil // no answer, or not_found: the order stays as it is
-	}
-	moved, ok, err := ce.ResolveCommanded(ctx, o.OrderID, to, now)
+	settled, err := settleCommands(ctx, ce, steps, now)
 	if err != nil {
 		return err
 	}
-	if ok {
-		switch to {
-		case order.Cancelled:
-			res.Cancelled = append(res.Cancelled, moved)
-		case order.Paid:
-			res.Paid = append(res.Paid, moved)
-		case order.Paying:
-			res.Paying = append(res.Paying, moved.ID)
+	var rs []Resolve
+	var of []store.CommandOutcome // the outcome of each of rs
+	for i, o := range outcomes {
+		// Not settled: a stale claim's outcome; the claim that holds the
+		// command settles it. No answer, or not_found: the order stays.
+		if to, ok := answerStatus(o); ok && settled[i] {
+			rs = append(rs, Resolve{ID: o.OrderID, To: to})
+			of = append(of, o)
 		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	moved, ok, err := resolveCommanded(ctx, ce, rs, now)
+	if err != nil {
+		return err
+	}
+	var unmoved []string
+	for i, r := range rs {
+		if !ok[i] {
+			unmoved = append(unmoved, r.ID)
+			continue
+		}
+		switch r.To {
+		case order.Cancelled:
+			res.Cancelled = append(res.Cancelled, moved[i])
+		case order.Paid:
+			res.Paid = append(res.Paid, moved[i])
+		case order.Paying:
+			res.Paying = append(res.Paying, moved[i].ID)
+		}
+	}
+	if len(unmoved) == 0 {
 		return nil
 	}
 	// The order was in neither CANCELLING nor PAYING: a settle of the same
 	// answer before (a lease that ran out), or lapse's own record moved on
 	// (a payment reported to lapse). Only a disagreement is a conflict.
-	cur, err := getOrder(ctx, tx, o.OrderID)
-	if errors.Is(err, store.ErrNotFound) {
-		res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result})
-		return nil
-	}
+	cur, err := tx.Orders(ctx, unique(unmoved))
 	if err != nil {
-		return err
+		return fmt.Errorf("read unmoved orders: %w", err)
 	}
-	if cur.Status != to && !(to == order.Paying && cur.Status == order.Paid) {
-		res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result, Status: cur.Status})
+	status := make(map[string]order.Status, len(cur))
+	for _, o := range cur {
+		status[o.ID] = o.Status
+	}
+	for i, r := range rs {
+		if ok[i] {
+			continue
+		}
+		o := of[i]
+		st, found := status[r.ID]
+		if !found || (st != r.To && !(r.To == order.Paying && st == order.Paid)) {
+			res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result, Status: st})
+		}
 	}
 	return nil
+}
+
+// commandStatus is the status an outcome leaves its command in: DEAD when
+// given up or answered not_found, DONE on a final answer, else PENDING
+// (asked again at NextAt).
+func commandStatus(o store.CommandOutcome) order.TaskStatus {
+	r := ordersvc.Result(o.Result)
+	switch {
+	case o.Dead || r == ordersvc.NotFound:
+		return order.TaskDead
+	case r.Final():
+		return order.TaskDone
+	}
+	return order.TaskPending
+}
+
+// answerStatus is the order status an answer decides, ok=false for none.
+func answerStatus(o store.CommandOutcome) (order.Status, bool) {
+	switch ordersvc.Result(o.Result) {
+	case ordersvc.Cancelled, ordersvc.AlreadyCancelled:
+		return order.Cancelled, true
+	case ordersvc.AlreadyPaid:
+		return order.Paid, true
+	case ordersvc.Paying:
+		return order.Paying, true
+	}
+	return "", false
+}
+
+func settleCommands(ctx context.Context, ce CommandExecutor, steps []SettleStep, now time.Time) ([]bool, error) {
+	if be, ok := ce.(CommandBatchExecutor); ok {
+		return be.SettleCommands(ctx, steps, now)
+	}
+	settled := make([]bool, len(steps))
+	for i, st := range steps {
+		ok, err := ce.SettleCommand(ctx, st.Outcome, st.Status, now, st.NextAt)
+		if err != nil {
+			return nil, fmt.Errorf("settle command %s of %s: %w", st.Outcome.ID, st.Outcome.OrderID, err)
+		}
+		settled[i] = ok
+	}
+	return settled, nil
+}
+
+func resolveCommanded(ctx context.Context, ce CommandExecutor, rs []Resolve, now time.Time) ([]order.Order, []bool, error) {
+	if be, ok := ce.(CommandBatchExecutor); ok {
+		return be.ResolveCommandedMany(ctx, rs, now)
+	}
+	moved, ok := make([]order.Order, len(rs)), make([]bool, len(rs))
+	for i, r := range rs {
+		var err error
+		if moved[i], ok[i], err = ce.ResolveCommanded(ctx, r.ID, r.To, now); err != nil {
+			return nil, nil, fmt.Errorf("resolve %s to %s: %w", r.ID, r.To, err)
+		}
+	}
+	return moved, ok, nil
 }
 
 // ListCommands implements store.Commands.

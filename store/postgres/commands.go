@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -115,4 +116,58 @@ func (e executor) CommandStats(ctx context.Context) (store.TaskStats, error) {
 		st.OldestPending = oldest.UTC()
 	}
 	return st, nil
+}
+
+var _ core.CommandBatchExecutor = executor{}
+
+// SettleCommands implements core.CommandBatchExecutor: settle_command for
+// each step, pipelined in one round trip, in the steps' order.
+func (e executor) SettleCommands(ctx context.Context, steps []core.SettleStep, now time.Time) ([]bool, error) {
+	settled := make([]bool, len(steps))
+	var b pgx.Batch
+	for i, st := range steps {
+		o := st.Outcome
+		b.Queue(q.Get("settle_command"), o.ID, o.Attempts, string(st.Status), now, st.NextAt, o.Result, o.Error, core.CommandFailed(o)).
+			Exec(func(tag pgconn.CommandTag) error {
+				settled[i] = tag.RowsAffected() == 1
+				return nil
+			})
+	}
+	if err := e.send(ctx, &b); err != nil {
+		return nil, err
+	}
+	return settled, nil
+}
+
+// ResolveCommandedMany implements core.CommandBatchExecutor:
+// resolve_commanded for each transition, then the items of the orders it
+// moved, pipelined in one round trip.
+func (e executor) ResolveCommandedMany(ctx context.Context, rs []core.Resolve, now time.Time) ([]order.Order, []bool, error) {
+	moved, ok := make([]order.Order, len(rs)), make([]bool, len(rs))
+	ids := make([]string, len(rs))
+	var b pgx.Batch
+	for i, r := range rs {
+		ids[i] = r.ID
+		b.Queue(q.Get("resolve_commanded"), r.ID, string(r.To), now).Query(func(rows pgx.Rows) error {
+			os, err := pgx.CollectRows(rows, scanOrder)
+			if len(os) == 1 {
+				moved[i], ok[i] = os[0], true
+			}
+			return err
+		})
+	}
+	var items orderSet
+	b.Queue(q.Get("get_items"), ids).Query(func(rows pgx.Rows) error {
+		items.os, items.at = moved, make(map[string]int, len(moved))
+		for i := range moved {
+			if ok[i] {
+				items.at[moved[i].ID] = i
+			}
+		}
+		return items.readItems(rows)
+	})
+	if err := e.send(ctx, &b); err != nil {
+		return nil, nil, err
+	}
+	return moved, ok, nil
 }
