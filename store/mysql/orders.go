@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -338,12 +339,25 @@ func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order
 	return e.moveLocked(ctx, "cancel_due", []any{a.Now}, a.Now, locked, false)
 }
 
-// claimDue locks up to a.Limit due orders no other transaction holds
-// (claim_due), earliest first.
+// claimDue locks up to a.Limit due orders no other transaction holds: the
+// earliest due (claim_due, without a lock), then those of them it can lock
+// by primary key (claim_lock), in id order.
 func (e executor) claimDue(ctx context.Context, a core.ClaimArgs) ([]string, error) {
-	locked, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Now, a.Limit)
+	due, err := e.queryIDs(ctx, q.Get("claim_due"), a.DueBy, a.SkipAttempted, a.Now, a.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim due orders: %w", err)
+	}
+	if len(due) == 0 {
+		return nil, nil
+	}
+	slices.Sort(due)
+	var locked []string
+	for _, chunk := range chunks(due) {
+		ids, err := e.queryIDs(ctx, each(q.Get("claim_lock"), len(chunk)), args(nil, chunk, a.DueBy, a.SkipAttempted)...)
+		if err != nil {
+			return nil, fmt.Errorf("lock claimed orders: %w", err)
+		}
+		locked = append(locked, ids...)
 	}
 	return locked, nil
 }

@@ -246,19 +246,36 @@ ORDER BY id
 FOR UPDATE;
 
 -- name: claim_due
--- Claim mode, step 1. Params: due by (now - lag, never after now), true (1)
--- to leave attempted orders alone, now, the batch size. A range scan of
--- orders_status_cancel_after, earliest first; rows another transaction holds
--- are skipped, so concurrent claimers never take (or wait for) the same order.
--- An order whose OnCancelled failed is left alone until its record's next_at
--- (a primary-key probe of lapse_hook_failures per row scanned).
--- Then cancel_due, as for a batch.
+-- Claim mode, step 1: the candidates, read without a lock. Params: due by
+-- (now - lag, never after now), true (1) to leave attempted orders alone,
+-- now, the batch size. A range scan of orders_status_cancel_after, earliest
+-- first. An order whose OnCancelled failed is left alone until its record's
+-- next_at (a primary-key probe of lapse_hook_failures per row scanned).
+--
+-- Not FOR UPDATE: a locking scan of the secondary index takes its records
+-- before the rows' primary keys, the reverse of every UPDATE of an order
+-- (primary key, then the index entry its new status moves), and InnoDB keeps
+-- the index record locks of rows SKIP LOCKED then passes over. A shop's
+-- transaction paying an order (its row locked, the index entry next) and a
+-- claim (the entry locked, the row next) then deadlock (issue 24's 1,000
+-- pay/cancel pairs found it under load). claim_lock takes the rows by
+-- primary key instead.
 SELECT id FROM lapse_orders o
 WHERE status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
   AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f
                   WHERE f.order_id = o.id AND f.event = 'cancelled' AND f.next_at > ?)
 ORDER BY cancel_after
-LIMIT ?
+LIMIT ?;
+
+-- name: claim_lock
+-- Claim mode, step 2: lock the candidates by primary key, in id order (the
+-- lock order of every batch), skipping rows another transaction holds (a
+-- concurrent claimer, a payment), and repeat the guards against the rows as
+-- they are now. Params: the ids, due by, skip attempted. Then cancel_due, as
+-- for a batch.
+SELECT id FROM lapse_orders FORCE INDEX (PRIMARY)
+WHERE id IN (/*each*/?) AND status = 'PENDING' AND cancel_after <= ? AND (? = 0 OR payment_attempts = 0)
+ORDER BY id
 FOR UPDATE SKIP LOCKED;
 
 -- name: cancel_due
