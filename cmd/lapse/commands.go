@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
@@ -59,105 +57,23 @@ func runCommandsList(ctx context.Context, args []string, stdout, stderr io.Write
 
 // runCommandsListPaged is commands list reading pageSize commands at a time.
 func runCommandsListPaged(ctx context.Context, args []string, stdout, stderr io.Writer, pageSize int) error {
-	fs := newFlagSet("commands list", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
-	dead := fs.Bool("dead", false, "only DEAD commands (refused by the order service, or failed too long)")
-	orderID := fs.String("order", "", "every command of this order, DONE ones too")
-	fs.commandLineOnly("order")
-	limit := fs.Int("limit", 0, "list at most this many commands (0: all of them)")
-	asJSON := fs.Bool("json", false, "one JSON object per line (GET /v1/commands's command shape) instead of a table")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *limit < 0 {
-		fmt.Fprintf(stderr, "lapse commands list: --limit %d: want 0 (all) or more\n", *limit)
-		return errUsage
-	}
-	if *orderID != "" && (len(*orderID) > maxTaskOrderID || !plainID(*orderID)) {
-		fmt.Fprintf(stderr, "lapse commands list: --order %q: want an order id (1 to %d characters, no control characters)\n", *orderID, maxTaskOrderID)
-		return errUsage
-	}
-	st, err := openEventsStore(ctx, *storeURL, true)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	var tw *tabwriter.Writer
-	enc := json.NewEncoder(stdout)
-	if !*asJSON {
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	}
-	listed, truncated := 0, false
-	p := store.ListTasksParams{Dead: *dead && *orderID == "", OrderID: *orderID}
-	for {
-		p.Limit = pageSize
-		if *limit > 0 && *limit-listed < p.Limit {
-			// One more than wanted says whether the list was cut.
-			p.Limit = *limit - listed + 1
-		}
-		page, err := lapse.PageCommands(ctx, st, p)
-		if err != nil {
-			return fmt.Errorf("%s: list the cancel commands: %w", redact.URL(*storeURL), err)
-		}
-		for _, c := range page.Commands {
-			if *dead && c.Status != order.TaskDead {
-				continue // --order with --dead: that order's DEAD commands
-			}
-			if *limit > 0 && listed == *limit {
-				truncated = true
-				break
-			}
-			if tw != nil {
-				if listed == 0 {
-					fmt.Fprintln(tw, "ID\tORDER\tCANCEL AFTER\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR")
-				}
-				writeCommandRow(tw, c)
-			} else if err := enc.Encode(c); err != nil {
-				return fmt.Errorf("write the list: %w", err)
-			}
-			listed++
-		}
-		if truncated || page.NextAfter == "" {
-			break
-		}
-		p.After = page.NextAfter
-	}
-	if tw != nil {
-		if err := tw.Flush(); err != nil {
-			return fmt.Errorf("write the list: %w", err)
-		}
-	}
-	switch {
-	case listed == 0:
-		what := "no cancel commands waiting (every command is DONE)"
-		switch {
-		case *orderID != "" && *dead:
-			what = "no DEAD cancel commands for order " + *orderID
-		case *orderID != "":
-			what = "no cancel commands for order " + *orderID + " (not past its deadline in order-service mode, or not an order lapse holds)"
-		case *dead:
-			what = "no DEAD cancel commands"
-		}
-		fmt.Fprintln(stderr, what)
-	case truncated:
-		fmt.Fprintf(stderr, "listed the first %d; more follow (raise --limit, or 0 for all)\n", listed)
-	}
-	return nil
+	return workList[order.Command]{
+		command: "commands", noun: "command", what: "cancel commands",
+		deadHelp:   "refused by the order service, or failed too long",
+		jsonShape:  "GET /v1/commands's command shape",
+		header:     "ID\tORDER\tCANCEL AFTER\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR",
+		notFoundOf: "(not past its deadline in order-service mode, or not an order lapse holds)",
+		page: func(ctx context.Context, st store.Store, p store.ListTasksParams) ([]order.Command, string, error) {
+			page, err := lapse.PageCommands(ctx, st, p)
+			return page.Commands, page.NextAfter, err
+		},
+		status: func(c order.Command) order.TaskStatus { return c.Status },
+		row:    writeCommandRow,
+	}.run(ctx, args, stdout, stderr, pageSize)
 }
 
-// writeCommandRow prints one command for a person: for a PENDING one when
-// it is due, for a DONE one when it was done, for a DEAD one when it died.
+// writeCommandRow prints one command for a person.
 func writeCommandRow(w io.Writer, c order.Command) {
-	when := "-"
-	switch {
-	case c.Status == order.TaskDead && !c.DeadAt.IsZero():
-		when = order.FormatTime(c.DeadAt)
-	case c.Status == order.TaskDone && !c.DoneAt.IsZero():
-		when = order.FormatTime(c.DoneAt)
-	case c.Status == order.TaskPending && !c.NextAt.IsZero():
-		when = order.FormatTime(c.NextAt)
-	}
 	result, lastErr := "-", "-"
 	if c.Result != "" {
 		result = cell(c.Result)
@@ -166,7 +82,7 @@ func writeCommandRow(w io.Writer, c order.Command) {
 		lastErr = clip(cell(c.LastError), lastErrorWidth)
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cell(c.ID), cell(c.OrderID), order.FormatTime(c.CancelAfter),
-		c.Status, c.Attempts, result, when, lastErr)
+		c.Status, c.Attempts, result, workWhen(c.Status, c.NextAt, c.DoneAt, c.DeadAt), lastErr)
 }
 
 func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"unicode/utf8"
 
 	"github.com/lapsehq/lapse"
@@ -60,105 +58,23 @@ func runTasksList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // runTasksListPaged is tasks list reading pageSize tasks at a time.
 func runTasksListPaged(ctx context.Context, args []string, stdout, stderr io.Writer, pageSize int) error {
-	fs := newFlagSet("tasks list", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
-	dead := fs.Bool("dead", false, "only DEAD tasks (rejected by the inventory, or failed too long)")
-	orderID := fs.String("order", "", "every task of this order, DONE ones too")
-	fs.commandLineOnly("order")
-	limit := fs.Int("limit", 0, "list at most this many tasks (0: all of them)")
-	asJSON := fs.Bool("json", false, "one JSON object per line (GET /v1/tasks's task shape) instead of a table")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *limit < 0 {
-		fmt.Fprintf(stderr, "lapse tasks list: --limit %d: want 0 (all) or more\n", *limit)
-		return errUsage
-	}
-	if *orderID != "" && (len(*orderID) > maxTaskOrderID || !plainID(*orderID)) {
-		fmt.Fprintf(stderr, "lapse tasks list: --order %q: want an order id (1 to %d characters, no control characters)\n", *orderID, maxTaskOrderID)
-		return errUsage
-	}
-	st, err := openEventsStore(ctx, *storeURL, true)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	var tw *tabwriter.Writer
-	enc := json.NewEncoder(stdout)
-	if !*asJSON {
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	}
-	listed, truncated := 0, false
-	p := store.ListTasksParams{Dead: *dead && *orderID == "", OrderID: *orderID}
-	for {
-		p.Limit = pageSize
-		if *limit > 0 && *limit-listed < p.Limit {
-			// One more than wanted says whether the list was cut.
-			p.Limit = *limit - listed + 1
-		}
-		page, err := lapse.PageTasks(ctx, st, p)
-		if err != nil {
-			return fmt.Errorf("%s: list the stock tasks: %w", redact.URL(*storeURL), err)
-		}
-		for _, t := range page.Tasks {
-			if *dead && t.Status != order.TaskDead {
-				continue // --order with --dead: that order's DEAD tasks
-			}
-			if *limit > 0 && listed == *limit {
-				truncated = true
-				break
-			}
-			if tw != nil {
-				if listed == 0 {
-					fmt.Fprintln(tw, "ID\tORDER\tACTION\tRESERVATION\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR")
-				}
-				writeTaskRow(tw, t)
-			} else if err := enc.Encode(t); err != nil {
-				return fmt.Errorf("write the list: %w", err)
-			}
-			listed++
-		}
-		if truncated || page.NextAfter == "" {
-			break
-		}
-		p.After = page.NextAfter
-	}
-	if tw != nil {
-		if err := tw.Flush(); err != nil {
-			return fmt.Errorf("write the list: %w", err)
-		}
-	}
-	switch {
-	case listed == 0:
-		what := "no stock tasks waiting (every task is DONE)"
-		switch {
-		case *orderID != "" && *dead:
-			what = "no DEAD stock tasks for order " + *orderID
-		case *orderID != "":
-			what = "no stock tasks for order " + *orderID + " (not an order whose stock a remote inventory holds, or not cancelled or paid yet)"
-		case *dead:
-			what = "no DEAD stock tasks"
-		}
-		fmt.Fprintln(stderr, what)
-	case truncated:
-		fmt.Fprintf(stderr, "listed the first %d; more follow (raise --limit, or 0 for all)\n", listed)
-	}
-	return nil
+	return workList[order.StockTask]{
+		command: "tasks", noun: "task", what: "stock tasks",
+		deadHelp:   "rejected by the inventory, or failed too long",
+		jsonShape:  "GET /v1/tasks's task shape",
+		header:     "ID\tORDER\tACTION\tRESERVATION\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR",
+		notFoundOf: "(not an order whose stock a remote inventory holds, or not cancelled or paid yet)",
+		page: func(ctx context.Context, st store.Store, p store.ListTasksParams) ([]order.StockTask, string, error) {
+			page, err := lapse.PageTasks(ctx, st, p)
+			return page.Tasks, page.NextAfter, err
+		},
+		status: func(t order.StockTask) order.TaskStatus { return t.Status },
+		row:    writeTaskRow,
+	}.run(ctx, args, stdout, stderr, pageSize)
 }
 
-// writeTaskRow prints one task for a person: for a PENDING one when it is
-// due, for a DONE one when it was done, for a DEAD one when it died.
+// writeTaskRow prints one task for a person.
 func writeTaskRow(w io.Writer, t order.StockTask) {
-	when := "-"
-	switch {
-	case t.Status == order.TaskDead && !t.DeadAt.IsZero():
-		when = order.FormatTime(t.DeadAt)
-	case t.Status == order.TaskDone && !t.DoneAt.IsZero():
-		when = order.FormatTime(t.DoneAt)
-	case t.Status == order.TaskPending && !t.NextAt.IsZero():
-		when = order.FormatTime(t.NextAt)
-	}
 	dash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -170,7 +86,7 @@ func writeTaskRow(w io.Writer, t order.StockTask) {
 		lastErr = clip(cell(t.LastError), lastErrorWidth)
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cell(t.ID), cell(t.OrderID), t.Action, dash(t.ReservationID),
-		t.Status, t.Attempts, dash(t.Result), when, lastErr)
+		t.Status, t.Attempts, dash(t.Result), workWhen(t.Status, t.NextAt, t.DoneAt, t.DeadAt), lastErr)
 }
 
 func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/redact"
+	"github.com/lapsehq/lapse/store"
+)
+
+// workList is what `lapse tasks list` and `lapse commands list` share: work
+// lapse sends another service until it answers (stock tasks, cancel
+// commands), listed from the store — the same flags, paging, table or JSON
+// lines and messages. Each supplies its words, its page reader and its row.
+type workList[T any] struct {
+	command    string // "tasks": the command's name
+	noun       string // "task"
+	what       string // "stock tasks": the list's name in messages
+	deadHelp   string // who made them DEAD, for --dead's help
+	jsonShape  string // the API's shape of one, for --json's help
+	header     string // the table's header row, tab-separated
+	notFoundOf string // why an order may have none, after "no <what> for order ID "
+	page       func(ctx context.Context, st store.Store, p store.ListTasksParams) (items []T, nextAfter string, err error)
+	status     func(T) order.TaskStatus
+	row        func(io.Writer, T)
+}
+
+// run is `lapse <command> list`, reading pageSize items at a time.
+func (l workList[T]) run(ctx context.Context, args []string, stdout, stderr io.Writer, pageSize int) error {
+	fs := newFlagSet(l.command+" list", stderr)
+	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	dead := fs.Bool("dead", false, "only DEAD "+l.noun+"s ("+l.deadHelp+")")
+	orderID := fs.String("order", "", "every "+l.noun+" of this order, DONE ones too")
+	fs.commandLineOnly("order")
+	limit := fs.Int("limit", 0, "list at most this many "+l.noun+"s (0: all of them)")
+	asJSON := fs.Bool("json", false, "one JSON object per line ("+l.jsonShape+") instead of a table")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *limit < 0 {
+		fmt.Fprintf(stderr, "lapse %s list: --limit %d: want 0 (all) or more\n", l.command, *limit)
+		return errUsage
+	}
+	if *orderID != "" && (len(*orderID) > maxTaskOrderID || !plainID(*orderID)) {
+		fmt.Fprintf(stderr, "lapse %s list: --order %q: want an order id (1 to %d characters, no control characters)\n", l.command, *orderID, maxTaskOrderID)
+		return errUsage
+	}
+	st, err := openEventsStore(ctx, *storeURL, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var tw *tabwriter.Writer
+	enc := json.NewEncoder(stdout)
+	if !*asJSON {
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	}
+	listed, truncated := 0, false
+	p := store.ListTasksParams{Dead: *dead && *orderID == "", OrderID: *orderID}
+	for {
+		p.Limit = pageSize
+		if *limit > 0 && *limit-listed < p.Limit {
+			// One more than wanted says whether the list was cut.
+			p.Limit = *limit - listed + 1
+		}
+		items, next, err := l.page(ctx, st, p)
+		if err != nil {
+			return fmt.Errorf("%s: list the %s: %w", redact.URL(*storeURL), l.what, err)
+		}
+		for _, it := range items {
+			if *dead && l.status(it) != order.TaskDead {
+				continue // --order with --dead: that order's DEAD ones
+			}
+			if *limit > 0 && listed == *limit {
+				truncated = true
+				break
+			}
+			if tw != nil {
+				if listed == 0 {
+					fmt.Fprintln(tw, l.header)
+				}
+				l.row(tw, it)
+			} else if err := enc.Encode(it); err != nil {
+				return fmt.Errorf("write the list: %w", err)
+			}
+			listed++
+		}
+		if truncated || next == "" {
+			break
+		}
+		p.After = next
+	}
+	if tw != nil {
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write the list: %w", err)
+		}
+	}
+	switch {
+	case listed == 0:
+		msg := "no " + l.what + " waiting (every " + l.noun + " is DONE)"
+		switch {
+		case *orderID != "" && *dead:
+			msg = "no DEAD " + l.what + " for order " + *orderID
+		case *orderID != "":
+			msg = "no " + l.what + " for order " + *orderID + " " + l.notFoundOf
+		case *dead:
+			msg = "no DEAD " + l.what
+		}
+		fmt.Fprintln(stderr, msg)
+	case truncated:
+		fmt.Fprintf(stderr, "listed the first %d; more follow (raise --limit, or 0 for all)\n", listed)
+	}
+	return nil
+}
+
+// workWhen is the time a row shows for a task or command: for a PENDING one
+// when it is due, for a DONE one when it was done, for a DEAD one when it
+// died.
+func workWhen(status order.TaskStatus, nextAt, doneAt, deadAt time.Time) string {
+	switch {
+	case status == order.TaskDead && !deadAt.IsZero():
+		return order.FormatTime(deadAt)
+	case status == order.TaskDone && !doneAt.IsZero():
+		return order.FormatTime(doneAt)
+	case status == order.TaskPending && !nextAt.IsZero():
+		return order.FormatTime(nextAt)
+	}
+	return "-"
+}
