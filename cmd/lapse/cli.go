@@ -252,11 +252,22 @@ func leaf(ctx context.Context, c command, name string, stdout, stderr io.Writer)
 	}
 	pfs := d.fs.pflags()
 	cmd.Flags().AddFlagSet(pfs)
+	// Completing an enum flag's value: cobra leaves a command that parses
+	// its own flags to complete them itself, from its arguments.
+	enums := map[string][]string{}
 	pfs.VisitAll(func(f *pflag.Flag) {
 		if e, ok := f.Value.(goFlag).f.Value.(*enumValue); ok {
-			_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(e.values, cobra.ShellCompDirectiveNoFileComp))
+			enums[f.Name] = e.values
 		}
 	})
+	cmd.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 && strings.HasPrefix(args[len(args)-1], "-") {
+			if values, ok := enums[strings.TrimLeft(args[len(args)-1], "-")]; ok {
+				return values, cobra.ShellCompDirectiveNoFileComp
+			}
+		}
+		return nil, cobra.ShellCompDirectiveDefault
+	}
 	if usage := flagGroups[name+" "+c.name]; usage != nil {
 		cmd.SetUsageFunc(groupedUsage(usage))
 	}

@@ -35,7 +35,7 @@ var commands = []command{
 	{"audit", "check every invariant over the store; exit 1 on a violation", runAudit},
 	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
 	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink, tail a server's", nil},
-	{"orders", "get, list or cancel a running lapse's orders (through its HTTP API)", nil},
+	{"orders", "get, list, cancel or extend a running lapse's orders (through its HTTP API)", nil},
 	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", nil},
 	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
