@@ -14,7 +14,7 @@ import (
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("audit", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	lag := fs.Duration("allowed-lag", 30*time.Second, none, "how long a PENDING order may stay past cancel_after before it is a violation")
 	examples := fs.Int("examples", 10, "violating rows listed per check")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

@@ -161,7 +161,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--rate", "-5"}, "--rate -5"},
-		{[]string{"--rate", "fast"}, "invalid value"},
+		{[]string{"--rate", "fast"}, "invalid argument \"fast\" for \"--rate\""},
 		{[]string{"--pay-ratio", "1.5"}, "--pay-ratio 1.5"},
 		{[]string{"--pay-at", "tomorrow"}, "--pay-at"},
 		{[]string{"--hot-sku-share", "-0.1"}, "--hot-sku-share"},
@@ -186,7 +186,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-latency", "1500us"}, "whole milliseconds"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-jitter", "1ms"}, "--chaos-latency"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--restart-db-cmd", "true"}, "--restart-db-at"},
-		{[]string{"--no-such-flag"}, "not defined"},
+		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	} {
 		stdout, stderr, code := benchCmd(t, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {

@@ -11,46 +11,6 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
-// runCommands is `lapse commands`: order-service mode's cancel commands
-// (docs/order-service.md) as an operator needs them. list shows what the
-// order service has not answered for good and the DEAD commands that wait
-// for an operator; retry sends DEAD ones again; purge gives up on them.
-// Like `lapse tasks`, the subcommands open the store directly, running
-// lapse or not (the API has the same: GET /v1/commands, POST
-// /v1/commands/retry, POST /v1/commands/purge).
-func runCommands(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubcommand(ctx, "commands", args, stdout, stderr, commandsUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"list":  runCommandsList,
-		"retry": runCommandsRetry,
-		"purge": runCommandsPurge,
-	})
-}
-
-func commandsUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: lapse commands <subcommand> [flags]   (lapse commands <subcommand> -h for its flags)
-
-The cancel commands of order-service mode (lapse serve --order-service URL): the
-order.cancel_if_pending lapse sends the shop's order service at each deadline, until
-it answers. A command the order service refused (a 4xx), or that kept failing, is
-DEAD until an operator retries or purges it; its order stays CANCELLING meanwhile.
-
-Subcommands:
-  list   [--dead] [--order ID] [--limit N] [--json]
-         the commands not DONE yet, in id order (--dead: only the DEAD ones;
-         --order ID: every command of that order, DONE ones too)
-  retry  (ID… | --dead)
-         make DEAD commands PENDING and due at once, with the same command id:
-         these command ids, or every DEAD one
-  purge  (ID… | --dead)
-         delete DEAD commands: these command ids, or every DEAD one. lapse gives up
-         asking: their orders stay CANCELLING (lapse does not decide an order the
-         order service owns), and lapse audit goes on reporting each
-         (commanded_unanswered) until the order is settled another way
-
-Each takes --store URL (LAPSE_STORE), like the other commands.
-`)
-}
-
 func runCommandsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runCommandsListPaged(ctx, args, stdout, stderr, lapse.MaxCommandsLimit)
 }
@@ -88,7 +48,7 @@ func writeCommandRow(w io.Writer, c order.Command) {
 func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("commands retry", stderr)
 	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "retry every DEAD command, instead of naming command ids (one of the two is required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -119,7 +79,7 @@ func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writ
 func runCommandsPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("commands purge", stderr)
 	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "purge every DEAD command, instead of naming command ids (one of the two is required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -24,56 +24,9 @@ import (
 	"github.com/lapsehq/lapse/store/sqlite"
 )
 
-// runEvents is `lapse events`: the outbox as an operator needs it. Each
-// event waits in the store, one delivery per sink, until its sink takes it;
-// one a sink refused for good is dead for that sink, and the later events of
-// its order wait behind it (package outbox). list shows what waits, retry
-// sends dead ones again, purge gives up on them, forget-sink gives up on a
-// sink no instance runs any more. The subcommands work on the store
-// directly, running lapse or not (the API has list and retry too: GET
-// /v1/events, POST /v1/events/retry).
-func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubcommand(ctx, "events", args, stdout, stderr, eventsUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"list":        runEventsList,
-		"retry":       runEventsRetry,
-		"purge":       runEventsPurge,
-		"forget-sink": runEventsForgetSink,
-		"tail":        runEventsTail,
-	})
-}
-
-func eventsUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: lapse events <subcommand> [flags]   (lapse events <subcommand> -h for its flags)
-
-The outbox's events not yet delivered to a sink, and the dead ones: events a sink
-refused for good, which hold back the later events of their order for that sink.
-
-Subcommands:
-  list   [--dead] [--sink NAME] [--limit 100] [--after SEQ] [--json]
-         the undelivered events, one line per event and sink, oldest first
-         (--dead: only the dead ones)
-  retry  [--sink NAME] (ID… | --dead)
-         make dead events due again at once: these event ids, or every dead one
-  purge  --dead --before (TIME | DURATION) [--sink NAME]
-         delete dead events that died before TIME, or more than DURATION ago (72h);
-         the later events of their order then go out
-  forget-sink NAME
-         unregister a sink no instance runs any more, deleting its undelivered events
-  tail   [--sink NAME] [--interval 1s] [--json]
-         follow a running lapse's outbox through its API (GET /v1/events): each
-         delivery as it appears among the undelivered ones, and again when it dies.
-         An event a sink takes between two polls is not seen: a window on what is
-         slow or stuck, not a feed of every event (a sink is that)
-
-tail takes --server URL (LAPSE_SERVER) and --api-token or --api-token-file, as
-lapse orders does; the others take --store URL (LAPSE_STORE), like the other commands. --sink NAME is one
-sink's name as list shows it, and is not read from LAPSE_SINK (lapse serve's sinks).
-`)
-}
-
 func runEventsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events list", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "only dead events (a sink refused them for good)")
 	sink := addSinkFilter(fs, "only this sink's deliveries")
 	limit := fs.Int("limit", lapse.DefaultEventsLimit, "most deliveries listed (a page ends after a whole event)")
@@ -236,7 +189,7 @@ func clip(s string, n int) string {
 func runEventsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events retry", stderr)
 	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "retry every dead event, instead of naming event ids (one of the two is required)")
 	sink := addSinkFilter(fs, "only this sink's dead events")
 	if err := parseFlags(fs, args); err != nil {
@@ -269,7 +222,7 @@ func runEventsRetry(ctx context.Context, args []string, stdout, stderr io.Writer
 
 func runEventsPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events purge", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "required: purge deletes dead events only, and says so")
 	before := fs.String("before", "", "delete the dead events that died before this RFC 3339 time (or date), or more than this duration ago (72h)")
 	sink := addSinkFilter(fs, "only this sink's dead events")
@@ -305,7 +258,7 @@ func runEventsPurge(ctx context.Context, args []string, stdout, stderr io.Writer
 func runEventsForgetSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events forget-sink", stderr)
 	fs.args = "NAME"
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

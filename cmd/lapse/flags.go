@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 var errUsage = errors.New("usage")
@@ -47,6 +50,8 @@ type flagSet struct {
 	// cmdLineOnly are the flags not read from the environment (see
 	// commandLineOnly).
 	cmdLineOnly map[string]bool
+	// describing: the command is being described (see describer).
+	describing bool
 }
 
 // span is the range of a duration flag: never negative; 0 only where it
@@ -86,18 +91,43 @@ func (s span) check(d time.Duration, set bool) string {
 
 // newFlagSet returns a flagSet that reports errors to stderr and exits with
 // status 2 on a bad flag (through errUsage).
+//
+// When stderr is a *describer, the command is being described, not run: the
+// flag set registers itself with it, and parseFlags returns errDescribed at
+// once, before the command does anything (see describer).
 func newFlagSet(name string, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet("lapse "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return &flagSet{FlagSet: fs, spans: map[string]span{}, cmdLineOnly: map[string]bool{}}
+	f := &flagSet{FlagSet: fs, spans: map[string]span{}, cmdLineOnly: map[string]bool{}}
+	if d, ok := stderr.(*describer); ok {
+		d.fs = f
+		f.describing = true
+	}
+	return f
 }
 
-// commandLineOnly exempts the flag name, already defined, from LAPSE_<NAME>:
-// for a flag whose variable another command reads with another meaning,
-// which an operator's environment may well hold. lapse events --sink is one
-// sink's name, LAPSE_SINK lapse serve's list of sink URLs: read from the
-// environment it would narrow every listing to a sink that does not exist,
-// and the dead letters would look gone.
+// describer is how the command tree (cli.go) learns a command's flags
+// without defining them twice: it calls the command's run function with a
+// describer as stderr; newFlagSet registers the flag set with it, and
+// parseFlags returns errDescribed before anything is opened, dialled or
+// written. Every run function therefore defines its flags and calls
+// parseFlags before any side effect — they all do, and the tree, built on
+// every run of lapse, panics for one that does not (TestEveryCommandDescribes).
+type describer struct {
+	io.Writer
+	fs *flagSet
+}
+
+// errDescribed is what parseFlags returns on a describe pass.
+var errDescribed = errors.New("flags described")
+
+// commandLineOnly exempts the flag name, already defined, from LAPSE_<NAME>
+// and from the --config file: for a flag whose variable another command
+// reads with another meaning, which an operator's environment may well
+// hold. lapse events --sink is one sink's name, LAPSE_SINK lapse serve's
+// list of sink URLs: read from the environment it would narrow every
+// listing to a sink that does not exist, and the dead letters would look
+// gone.
 func (fs *flagSet) commandLineOnly(name string) {
 	fs.cmdLineOnly[name] = true
 	f := fs.Lookup(name)
@@ -111,40 +141,68 @@ func (fs *flagSet) Duration(name string, value time.Duration, s span, usage stri
 	return fs.FlagSet.Duration(name, value, usage)
 }
 
-// parseFlags parses args, then fills every flag not given on the command line
-// from LAPSE_<NAME> if set, then checks every duration flag against its span.
-func parseFlags(fs *flagSet, args []string) error {
-	fs.Usage = func() {
-		usage := fs.Name()
-		if fs.args != "" {
-			usage += " [flags] " + fs.args
+// Enum defines a string flag whose named values are taken in any case
+// (--status pending is --status PENDING) and stored as written in values.
+// A value none of them matches is stored as given, for the command's own
+// check (so --timers redis://… passes through, and a typo gets the
+// command's message).
+func (fs *flagSet) Enum(name, value, usage string, values ...string) *string {
+	e := &enumValue{s: value, values: values}
+	fs.Var(e, name, usage)
+	return &e.s
+}
+
+type enumValue struct {
+	s      string
+	values []string
+}
+
+func (e *enumValue) String() string { return e.s }
+func (e *enumValue) Type() string   { return "string" }
+
+func (e *enumValue) Set(v string) error {
+	e.s = v
+	for _, name := range e.values {
+		if strings.EqualFold(v, name) {
+			e.s = name
 		}
-		env := "each flag also reads LAPSE_<NAME>"
-		if len(fs.cmdLineOnly) > 0 {
-			env = "each flag not marked command line only also reads LAPSE_<NAME>"
-		}
-		fmt.Fprintf(fs.Output(), "Usage of %s (%s):\n", usage, env)
-		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	return nil
+}
+
+// configFlag is the flag every command takes beside its own: the file of
+// flag values (config.go), also LAPSE_CONFIG.
+const configFlag = "config"
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from LAPSE_<NAME> if set, then every flag still unset from the
+// --config file, then checks every duration flag against its span.
+//
+// The command line is read by pflag, as every Go CLI reads it: flags
+// anywhere among the arguments (--flag value, --flag=value, and for a long
+// name -flag too, as lapse always took), "--" ending them; -h or --help
+// anywhere returns flag.ErrHelp, which the command tree answers with the
+// command's help on stdout.
+func parseFlags(fs *flagSet, args []string) error {
+	if fs.describing {
+		return errDescribed
+	}
+	pfs := fs.pflags()
+	configPath := pfs.String(configFlag, "", "")
+	if err := pfs.Parse(normalizeArgs(pfs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return flag.ErrHelp
 		}
+		fmt.Fprintf(fs.Output(), "%s: %v\nRun '%s --help' for its flags.\n", fs.Name(), err, fs.Name())
 		return errUsage
+	}
+	// The Go flag set keeps the arguments, for the commands' fs.Args().
+	if err := fs.FlagSet.Parse(append([]string{"--"}, pfs.Args()...)); err != nil {
+		return fmt.Errorf("internal error: %w", err)
 	}
 	if fs.NArg() > 0 && fs.args == "" {
 		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return errUsage
-	}
-	// Parsing stops at the first argument, so a flag written after one
-	// would silently become an argument itself (`retry ID --sink hook`
-	// retrying for every sink): refused, since no argument starts with a
-	// dash.
-	for _, a := range fs.Args() {
-		if strings.HasPrefix(a, "-") {
-			fmt.Fprintf(fs.Output(), "%s: %q after the arguments: flags go first\n", fs.Name(), a)
-			return errUsage
-		}
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
@@ -165,6 +223,18 @@ func parseFlags(fs *flagSet, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !pfs.Changed(configFlag) {
+		*configPath = os.Getenv(envName(configFlag))
+	}
+	fromConfig := map[string]bool{}
+	if *configPath != "" {
+		if fromConfig, err = applyConfig(fs, *configPath, func(name string) bool {
+			return onCommandLine[name] || fromEnv[name] || fs.cmdLineOnly[name]
+		}); err != nil {
+			fmt.Fprintf(fs.Output(), "%s: --config %s: %v\n", fs.Name(), *configPath, err)
+			return errUsage
+		}
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil {
 			return
@@ -182,16 +252,111 @@ func parseFlags(fs *flagSet, args []string) error {
 			err = fmt.Errorf("internal error: duration flag --%s has no span (define it with flagSet.Duration)", f.Name)
 			return
 		}
-		if msg := s.check(d, onCommandLine[f.Name] || fromEnv[f.Name]); msg != "" {
+		if msg := s.check(d, onCommandLine[f.Name] || fromEnv[f.Name] || fromConfig[f.Name]); msg != "" {
 			shown := fmt.Sprintf("--%s %s", f.Name, d)
-			if fromEnv[f.Name] {
+			switch {
+			case fromEnv[f.Name]:
 				shown = fmt.Sprintf("%s=%s (--%s)", envName(f.Name), os.Getenv(envName(f.Name)), f.Name)
+			case fromConfig[f.Name]:
+				shown = fmt.Sprintf("%s: %s in %s (--%s)", f.Name, d, *configPath, f.Name)
 			}
 			fmt.Fprintf(fs.Output(), "%s: %s: %s\n", fs.Name(), shown, msg)
 			err = errUsage
 		}
 	})
 	return err
+}
+
+// pflags is the flag set as pflag sees it: the same flags, each setting its
+// value through the Go flag set (so that fs.Visit sees what the command
+// line set), for parsing and for the command tree's help, docs and
+// completion.
+func (fs *flagSet) pflags() *pflag.FlagSet {
+	pfs := pflag.NewFlagSet(fs.Name(), pflag.ContinueOnError)
+	pfs.SetOutput(io.Discard)
+	pfs.Usage = func() {}
+	pfs.SortFlags = false
+	fs.VisitAll(func(f *flag.Flag) {
+		pf := &pflag.Flag{Name: f.Name, Usage: f.Usage, Value: goFlag{fs.FlagSet, f}, DefValue: f.DefValue}
+		if pf.Value.Type() == "duration" && pf.DefValue == "0s" {
+			pf.DefValue = "0" // pflag then shows no "(default 0s)"
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			pf.NoOptDefVal = "true"
+		}
+		pfs.AddFlag(pf)
+	})
+	pfs.SortFlags = true
+	return pfs
+}
+
+// goFlag is a Go flag as a pflag.Value.
+type goFlag struct {
+	fs *flag.FlagSet
+	f  *flag.Flag
+}
+
+func (g goFlag) String() string     { return g.f.Value.String() }
+func (g goFlag) Set(v string) error { return g.fs.Set(g.f.Name, v) }
+
+// Type names the value in help: "duration", "string", "int"…
+func (g goFlag) Type() string {
+	if t, ok := g.f.Value.(interface{ Type() string }); ok {
+		return t.Type()
+	}
+	if b, ok := g.f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "bool"
+	}
+	if gt, ok := g.f.Value.(flag.Getter); ok {
+		switch gt.Get().(type) {
+		case time.Duration:
+			return "duration"
+		case string:
+			return "string"
+		case int:
+			return "int"
+		case int64:
+			return "int64"
+		case float64:
+			return "float64"
+		}
+	}
+	return "value"
+}
+
+// normalizeArgs rewrites a long flag written with one dash (-store x, as
+// lapse took it before pflag) to two (--store x), and -help to --help, so
+// that pflag does not read it as shorthands. A flag's value is left alone,
+// even one that starts with a dash (--grace -7s), and so is everything
+// after "--".
+func normalizeArgs(pfs *pflag.FlagSet, args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		body := strings.TrimPrefix(a[1:], "-")
+		name, _, hasValue := strings.Cut(body, "=")
+		if a[1] != '-' {
+			switch {
+			case name == "help":
+				out[i] = "--help"
+				continue
+			case len(name) > 1 && pfs.Lookup(name) != nil:
+				out[i] = "-" + a
+			default:
+				continue
+			}
+		}
+		if f := pfs.Lookup(name); f != nil && !hasValue && f.NoOptDefVal == "" {
+			i++ // its value
+		}
+	}
+	return out
 }
 
 func envName(flagName string) string {

@@ -41,7 +41,7 @@ var quiet = map[string][]string{
 	"mockpay": {"--listen", "127.0.0.1:0"},
 }
 
-var durationFlagRE = regexp.MustCompile(`(?m)^  -(\S+) duration$`)
+var durationFlagRE = regexp.MustCompile(`(?m)^\s+--(\S+) duration\s`)
 
 // durationFlags lists the duration flags of a command, read from its -h.
 func durationFlags(t *testing.T, command string) []string {

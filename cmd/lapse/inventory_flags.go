@@ -26,8 +26,8 @@ type inventoryFlags struct {
 
 func addInventoryFlags(fs *flagSet) *inventoryFlags {
 	return &inventoryFlags{
-		url: fs.String("inventory", "local", "who holds the stock: local (lapse's own SKU counters), amqp://user:pass@host:5672/vhost "+
-			"(an inventory service taking stock commands over RabbitMQ; ?prefix=NAME names its exchange and queues, default lapse.stock) or http://host:port (over HTTP); docs/sagas.md"),
+		url: fs.Enum("inventory", "local", "who holds the stock: local (lapse's own SKU counters), amqp://user:pass@host:5672/vhost "+
+			"(an inventory service taking stock commands over RabbitMQ; ?prefix=NAME names its exchange and queues, default lapse.stock) or http://host:port (over HTTP); docs/sagas.md", "local"),
 		reserve: fs.Bool("inventory-reserve", false, "lapse reserves each order's stock at the inventory itself (reservation id = order id) "+
 			"instead of taking the reservation_id the caller made there; needs --inventory amqp://… or http://…"),
 		timeout:     fs.Duration("inventory-timeout", 5*time.Second, span{min: time.Millisecond}, "how long one stock command waits for the inventory's answer before it is retried"),

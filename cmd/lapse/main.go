@@ -2,8 +2,10 @@
 // audit` checks its invariants, `lapse migrate` prepares a database.
 //
 // Every flag can also be set with an environment variable LAPSE_<NAME>
-// (upper case, dashes as underscores): --callback-secret is LAPSE_CALLBACK_SECRET.
-// A flag on the command line wins over the environment.
+// (upper case, dashes as underscores): --callback-secret is LAPSE_CALLBACK_SECRET,
+// or in the --config file (config.go). A flag on the command line wins over
+// the environment, the environment over the file. The command tree, help and
+// completion are cobra's (cli.go).
 package main
 
 import (
@@ -19,6 +21,9 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
+// command is a command of lapse: its run function parses its flags
+// (parseFlags) and does the work. A command whose run is nil groups the
+// subcommands of groups (cli.go).
 type command struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -29,10 +34,10 @@ var commands = []command{
 	{"migrate", "apply the schema migrations to the store", runMigrate},
 	{"audit", "check every invariant over the store; exit 1 on a violation", runAudit},
 	{"bench", "create a burst of orders and measure how late their cancels land", runBench},
-	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink, tail a server's", runEvents},
-	{"orders", "get, list or cancel a running lapse's orders (through its HTTP API)", runOrders},
-	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", runTasks},
-	{"commands", "list the cancel commands the order service has not answered, retry or purge dead ones", runCommands},
+	{"events", "list the outbox's undelivered events, retry or purge dead ones, forget a sink, tail a server's", nil},
+	{"orders", "get, list, cancel or extend a running lapse's orders (through its HTTP API)", nil},
+	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", nil},
+	{"commands", "list the cancel commands the order service has not answered, retry or purge dead ones", nil},
 	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},
@@ -63,59 +68,36 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
-		fmt.Fprintln(stdout, readBuildInfo())
-		return 0
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	for _, c := range commands {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		suffix := ""
-		if errors.Is(err, store.ErrSchemaTooNew) {
-			// The store names the schema's versions; the binary's own
-			// version is what the operator compares them with.
-			suffix = fmt.Sprintf(" (this binary: lapse %s)", readBuildInfo().Version)
-		}
-		var ee exitError
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.As(err, &ee):
-			if ee.err != nil {
-				fmt.Fprintf(stderr, "lapse %s: %v%s\n", c.name, ee.err, suffix)
-			}
-			return ee.code
-		case errors.Is(err, errUsage):
-			if _, ok := errors.AsType[usageError](err); ok {
-				fmt.Fprintf(stderr, "lapse %s: %v\n", c.name, err)
-			}
-			return 2
-		default:
-			fmt.Fprintf(stderr, "lapse %s: %v%s\n", c.name, err, suffix)
-			return 1
-		}
-	}
-	fmt.Fprintf(stderr, "lapse: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+	return execute(ctx, args, stdout, stderr)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "lapse — cancels unpaid orders at their deadline, exactly once, and releases their stock.")
-	fmt.Fprintln(w, "\nUsage: lapse <command> [flags]   (lapse <command> -h for its flags)")
-	fmt.Fprintln(w, "\nCommands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+// exitCode prints the error of the command name, if it has one to print,
+// and returns the exit status it means.
+func exitCode(name string, err error, stderr io.Writer) int {
+	suffix := ""
+	if errors.Is(err, store.ErrSchemaTooNew) {
+		// The store names the schema's versions; the binary's own
+		// version is what the operator compares them with.
+		suffix = fmt.Sprintf(" (this binary: lapse %s)", readBuildInfo().Version)
+	}
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "lapse %s: %v%s\n", name, ee.err, suffix)
+		}
+		return ee.code
+	case errors.Is(err, errUsage):
+		if _, ok := errors.AsType[usageError](err); ok {
+			fmt.Fprintf(stderr, "lapse %s: %v\n", name, err)
+		}
+		return 2
+	default:
+		fmt.Fprintf(stderr, "lapse %s: %v%s\n", name, err, suffix)
+		return 1
 	}
 }

@@ -424,7 +424,7 @@ func TestBadFlagsAndCommands(t *testing.T) {
 		want string
 	}{
 		{nil, []string{"nope"}, 2, "unknown command"},
-		{nil, []string{"serve", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{nil, []string{"serve", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
 		{[]string{"LAPSE_GRACE=soon"}, []string{"serve"}, 1, "LAPSE_GRACE"},
 		{nil, []string{"serve", "--timers", "cron"}, 2, "unsupported"},
 		{nil, []string{"audit", "--store", "oracle://x"}, 2, "unsupported scheme"}, // audit: 2 when it could not run

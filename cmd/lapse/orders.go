@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,37 +13,6 @@ import (
 	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/order"
 )
-
-// runOrders is `lapse orders`: a running lapse's orders, through its HTTP
-// API (package client), as an operator looks them up.
-func runOrders(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubcommand(ctx, "orders", args, stdout, stderr, ordersUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"get":    runOrdersGet,
-		"list":   runOrdersList,
-		"cancel": runOrdersCancel,
-		"extend": runOrdersExtend,
-	})
-}
-
-func ordersUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: lapse orders <subcommand> [flags]   (lapse orders <subcommand> -h for its flags)
-
-A running lapse's orders, read and changed through its HTTP API.
-
-Subcommands:
-  get    ID                     one order: its fields, payment attempts and stock tasks
-  list   [--status S] [--limit 50] [--cursor C]
-                                orders, newest first (S: PENDING, PAYING, PAID, CANCELLED)
-  cancel ID                     the buyer's cancel of a PENDING order (its stock released at once)
-  extend ID (--expires-at T | --timeout D)
-                                move a PENDING order's deadline, later or earlier: to the RFC 3339
-                                time T, or D (such as 30m) from now; its grace and timer follow
-
-Each takes --server URL (LAPSE_SERVER, default http://127.0.0.1:8080), --api-token or
---api-token-file (LAPSE_API_TOKEN, LAPSE_API_TOKEN_FILE) and --json. Exit status 1 when
-the API refuses (its error code and message are printed), 2 on a usage error.
-`)
-}
 
 // apiFlags are the flags of the commands that talk to a running lapse.
 type apiFlags struct {
@@ -155,11 +123,6 @@ func runOrdersExtend(ctx context.Context, args []string, stdout, stderr io.Write
 	// another command's LAPSE_TIMEOUT.
 	fs.commandLineOnly("expires-at")
 	fs.commandLineOnly("timeout")
-	if len(args) > 1 && !strings.HasPrefix(args[0], "-") {
-		// `extend ID --timeout 30m` as the usage writes it: the id moved
-		// behind the flags, where every other command takes its arguments.
-		args = append(slices.Clone(args[1:]), args[0])
-	}
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
@@ -194,7 +157,8 @@ func runOrdersExtend(ctx context.Context, args []string, stdout, stderr io.Write
 func runOrdersList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("orders list", stderr)
 	f := addAPIFlags(fs, "one JSON object per line (an order of GET /v1/orders) instead of a table")
-	status := fs.String("status", "", "only orders in this status: PENDING, PAYING, PAID or CANCELLED")
+	status := fs.Enum("status", "", "only orders in this status: PENDING, PAYING, PAID or CANCELLED (any case)",
+		string(order.Pending), string(order.Paying), string(order.Paid), string(order.Cancelled))
 	limit := fs.Int("limit", 50, "most orders listed (read 500 a page)")
 	cursor := fs.String("cursor", "", "list from here: the cursor a previous list printed")
 	if err := parseFlags(fs, args); err != nil {

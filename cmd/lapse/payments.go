@@ -23,7 +23,7 @@ type gatewayFlags struct {
 
 func addGatewayFlags(fs *flagSet) gatewayFlags {
 	return gatewayFlags{
-		url:     fs.String("gateway", "", "payment gateway: a base URL (lapse's JSON protocol), or stripe, alipay or wechatpay (their --stripe-… / --alipay-… / --wechatpay-… flags); without one PAYING orders wait for their callback"),
+		url:     fs.Enum("gateway", "", "payment gateway: a base URL (lapse's JSON protocol), or stripe, alipay or wechatpay (their --stripe-… / --alipay-… / --wechatpay-… flags); without one PAYING orders wait for their callback", "stripe", "alipay", "wechatpay"),
 		token:   fs.String("gateway-token", "", "bearer token sent to the gateway"),
 		timeout: fs.Duration("gateway-timeout", 2*time.Second, positive, "timeout of one gateway request"),
 		retries: fs.Int("gateway-retries", 2, "retries of a gateway request that failed with a 5xx, a timeout or a connection error (lapse's JSON protocol, stripe): 0 (none) to 10"),

@@ -27,7 +27,7 @@ import (
 // nor for a mismatch, to a script or a cron job.
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("reconcile", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	gw := addGatewayFlags(fs)
 	statement := fs.String("statement", "", "gateway statement file (CSV order_id,payment_id,status,amount_cents; - for stdin) instead of --gateway")
 	inventoryURL := fs.String("inventory", "", "compare the orders' stock with this inventory's ledger (http://host:port, its HTTP API: docs/inventory.md) instead of payments")
@@ -39,7 +39,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	from := fs.String("from", "", "first created_at to compare (RFC 3339 or YYYY-MM-DD; default 24 h ago)")
 	to := fs.String("to", "", "created_at bound, exclusive (RFC 3339 or YYYY-MM-DD; default now)")
 	concurrency := fs.Int("concurrency", 8, "gateway queries (with --inventory: orders re-read; with --order-service: status requests) in flight")
-	format := fs.String("format", "table", "table or json")
+	format := fs.Enum("format", "table", "table or json", "table", "json")
 	asJSON := fs.Bool("json", false, "print the report as JSON (--format json)")
 	examples := fs.Int("examples", 10, "with --inventory or --order-service: mismatches listed per kind (all are counted)")
 	checkItems := fs.Bool("check-items", false, "with --inventory: also compare each order's items with its reservation's at the inventory (one GET /reservations/{id} per order)")

@@ -48,7 +48,7 @@ func addSinkFlags(fs *flagSet) *sinkFlags {
 	f := &sinkFlags{}
 	fs.Var(&f.sinks, "sink", "where events go; repeatable, each with its own progress: log (the default), https://… (a Standard Webhooks endpoint; http:// only on loopback or with --webhook-insecure), "+
 		"amqp://user:pass@host:5672/vhost?exchange=lapse.events, kafka://host:9092/topic, nats://host:4222/prefix")
-	f.format = fs.String("event-format", "json", "json (lapse's envelope) or cloudevents (CloudEvents 1.0: structured on webhooks, binary mode on AMQP, Kafka and NATS)")
+	f.format = fs.Enum("event-format", "json", "json (lapse's envelope) or cloudevents (CloudEvents 1.0: structured on webhooks, binary mode on AMQP, Kafka and NATS)", "json", "cloudevents")
 	f.webhookSecret = addSecretFlag(fs, "webhook-secret", "the webhook signing secret, whsec_…; several separated by spaces while rotating (each request carries one signature per secret)")
 	f.webhookInsec = fs.Bool("webhook-insecure", false, "allow http:// webhook endpoints that are not on loopback (events then travel unencrypted)")
 	f.webhookMaxAge = fs.Duration("webhook-max-age", 72*time.Hour, positive, "how long a webhook endpoint may refuse an event before the event is dead for it")

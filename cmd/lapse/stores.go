@@ -22,6 +22,10 @@ import (
 	"github.com/lapsehq/lapse/timer/redis"
 )
 
+// storeUsage is the help of every --store flag: the stores lapse opens.
+const storeUsage = "store URL: sqlite://path (a file, created if missing; sqlite://:memory: for a throwaway one), " +
+	"postgres://user:pass@host:5432/db?sslmode=… (or postgresql://) or mysql://user:pass@host:3306/db"
+
 // checkStoreURL says what is wrong with a --store URL itself, without
 // opening anything: a usageError.
 func checkStoreURL(url string) error {

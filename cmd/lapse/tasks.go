@@ -13,38 +13,6 @@ import (
 	"github.com/lapsehq/lapse/store"
 )
 
-// runTasks is `lapse tasks`: the stock tasks — the commands lapse owes a
-// remote inventory (docs/sagas.md) — as an operator needs them. list shows
-// what the inventory has not applied yet and the DEAD tasks that wait for
-// an operator; retry sends DEAD ones again. Like `lapse events`, the
-// subcommands open the store directly, running lapse or not (the API has
-// the same: GET /v1/tasks, POST /v1/tasks/retry).
-func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubcommand(ctx, "tasks", args, stdout, stderr, tasksUsage, map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"list":  runTasksList,
-		"retry": runTasksRetry,
-	})
-}
-
-func tasksUsage(w io.Writer) {
-	fmt.Fprint(w, `Usage: lapse tasks <subcommand> [flags]   (lapse tasks <subcommand> -h for its flags)
-
-The stock tasks: the reserve, release and confirm commands lapse sends a remote
-inventory (--inventory amqp://… or http://…), each until the inventory answers.
-A task the inventory rejected, or that kept failing, is DEAD until an operator
-retries it.
-
-Subcommands:
-  list   [--dead] [--order ID] [--limit N] [--json]
-         the tasks not DONE yet, in id order (--dead: only the DEAD ones;
-         --order ID: every task of that order, DONE ones too)
-  retry  (ID… | --dead)
-         make DEAD tasks PENDING and due at once: these task ids, or every DEAD one
-
-Each takes --store URL (LAPSE_STORE), like the other commands.
-`)
-}
-
 // maxTaskOrderID bounds --order: lapse's order ids are at most 64
 // characters (a longer one names no order).
 const maxTaskOrderID = 64
@@ -92,7 +60,7 @@ func writeTaskRow(w io.Writer, t order.StockTask) {
 func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tasks retry", stderr)
 	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "retry every DEAD task, instead of naming task ids (one of the two is required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

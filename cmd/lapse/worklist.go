@@ -33,7 +33,7 @@ type workList[T any] struct {
 // run is `lapse <command> list`, reading pageSize items at a time.
 func (l workList[T]) run(ctx context.Context, args []string, stdout, stderr io.Writer, pageSize int) error {
 	fs := newFlagSet(l.command+" list", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", "store URL")
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
 	dead := fs.Bool("dead", false, "only DEAD "+l.noun+"s ("+l.deadHelp+")")
 	orderID := fs.String("order", "", "every "+l.noun+" of this order, DONE ones too")
 	fs.commandLineOnly("order")
