@@ -14,7 +14,7 @@ export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CL
 
 GOTESTFLAGS ?=
 
-.PHONY: test test-unit build run bench lint fuzz check-deploy
+.PHONY: test test-unit check build run bench lint fuzz check-deploy
 
 ## test: every test, with the race detector, including the integration suites
 test:
@@ -23,6 +23,9 @@ test:
 ## test-unit: only what needs no server (SQLite and in-process timers)
 test-unit:
 	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= LAPSE_TEST_AMQP= LAPSE_TEST_NATS= go test -race -count=1 $(GOTESTFLAGS) ./...
+
+## check: the fast one, no server needed: gofmt, go vet, staticcheck, then the tests that need none
+check: lint test-unit
 
 ## build: bin/lapse, naming its commit (`bin/lapse --version`) even where GOFLAGS holds -buildvcs=false
 build:

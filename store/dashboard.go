@@ -10,7 +10,7 @@ import (
 // Dashboard holds the reads of lapse's web dashboard (package web). Every one
 // is bounded by an index range, never by the size of the orders table: the
 // cost of each at 10 M orders is in the comment of its SQL (each driver's
-// queries.sql) and in the README's Dashboard section.
+// queries.sql) and in docs/dashboard.md.
 type Dashboard interface {
 	// Overview counts what the overview page shows, at the store's clock.
 	Overview(ctx context.Context, p OverviewParams) (Overview, error)

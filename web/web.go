@@ -6,8 +6,8 @@
 // the charts are uPlot, vendored under static/vendor with its licence, and
 // one script file of ours; nothing is fetched from anywhere else, and the
 // Content-Security-Policy says so (no inline script or style). Every count
-// is a store.Dashboard read bounded by an index range (see the README's
-// Dashboard section for what each costs).
+// is a store.Dashboard read bounded by an index range (docs/dashboard.md says
+// what each costs).
 //
 // With an API token the dashboard asks for it once (a login form) and keeps
 // a signed session cookie (auth.go); without one it is, like the API,

@@ -218,7 +218,7 @@ func (g *Gateway) query(ctx context.Context, outTradeNo string) (payment.Status,
 		if r.SubCode == subTradeNotExist {
 			// The buyer never scanned the code or opened the page: Alipay
 			// has no trade yet. The trade's own time_expire keeps it from
-			// being paid after the deadline (see the README).
+			// being paid after the deadline (see docs/payments.md).
 			return payment.Status{State: payment.StateNotPaid}, nil
 		}
 		return payment.Status{}, fmt.Errorf("%w: trade.query: %s", ErrBadResponse, r.failure())

@@ -12,7 +12,7 @@ import (
 // Without it every writer queues inside database/sql, which gives a freed
 // connection to any waiter: under a flood of creates a cancel batch could wait
 // behind all of them, and that wait is the cancel's lateness. Measured with
-// `lapse bench --rate 1000 --duration 10s --timeout 2s` (see the README).
+// `lapse bench --rate 1000 --duration 10s --timeout 2s` (see docs/measured.md).
 type writer struct {
 	mu     sync.Mutex
 	busy   bool

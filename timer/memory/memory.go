@@ -32,7 +32,7 @@ type Config struct {
 
 // DefaultGather is the Gather lapse runs with: at 1,000 orders due per second
 // it turns a thousand one-order cancel transactions into about a hundred,
-// leaving the writer to the creates (see the README's measurements).
+// leaving the writer to the creates (see docs/measured.md).
 const DefaultGather = 10 * time.Millisecond
 
 // Scheduler is the in-process timer.Scheduler.
