@@ -110,12 +110,49 @@ func (s *Store) ClaimCommands(ctx context.Context, p store.ClaimTasksParams) ([]
 		if out, err = ce.ClaimCommands(ctx, p.Limit, now, now.Add(p.Lease)); err != nil || len(out) == 0 {
 			return err
 		}
-		return s.commandBodies(ctx, tx, out, now)
+		if err := s.commandBodies(ctx, tx, out, now); err != nil {
+			return err
+		}
+		out, err = settlePaid(ctx, ce, out, now)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim commands: %w", err)
 	}
 	return out, nil
+}
+
+// notSentPaid is the note on a command that never went out again because
+// lapse recorded its order PAID first.
+const notSentPaid = "not sent: lapse recorded the order PAID (a payment reported to lapse, or the gateway's check) before the command went out again"
+
+// settlePaid ends, DONE and not sent, the claimed commands whose order lapse
+// has recorded PAID since the command was written (the order service
+// answered paying, then the payment was reported to lapse or the gateway
+// check found it paid), and returns the others. A shop not told of the
+// payment itself would cancel a paid order on the command. A payment that
+// lands after this read, while the command is out, is the answer's conflict
+// (settleIn).
+func settlePaid(ctx context.Context, ce CommandExecutor, cs []store.ClaimedCommand, now time.Time) ([]store.ClaimedCommand, error) {
+	var steps []SettleStep
+	keep := cs[:0]
+	for _, c := range cs {
+		if c.Order.Status != order.Paid {
+			keep = append(keep, c)
+			continue
+		}
+		steps = append(steps, SettleStep{
+			Outcome: store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts, Error: notSentPaid},
+			Status:  order.TaskDone, NextAt: now,
+		})
+	}
+	if len(steps) == 0 {
+		return keep, nil
+	}
+	if _, err := settleCommands(ctx, ce, steps, now); err != nil {
+		return nil, fmt.Errorf("end the commands of paid orders: %w", err)
+	}
+	return keep, nil
 }
 
 // commandBodies loads each claimed command's order, and the payment attempts

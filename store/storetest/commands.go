@@ -367,13 +367,41 @@ func testCommandConflict(t *testing.T, newStore Factory) {
 	if got := get(t, s, "x2"); got.Status != order.Paid {
 		t.Fatalf("a success for an order the order service said is paying: %s, want PAID", got.Status)
 	}
+	// Paid at lapse before the command went out again: it never goes out
+	// (a shop that was not told of the payment would cancel a paid order),
+	// and it ends DONE, not sent.
 	clk.Advance(time.Second)
-	c = claimCommands(t, s, 10, time.Minute)[0]
-	sr = settleCommands(t, s, answer(c, ordersvc.Cancelled))
-	if len(sr.Conflicts) != 1 || sr.Conflicts[0].OrderID != "x2" || sr.Conflicts[0].Status != order.Paid || len(sr.Cancelled) != 0 {
-		t.Fatalf("settle of a contradicting answer: %+v, want one conflict", sr)
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("claimed %d commands of an order lapse recorded PAID: %+v", len(cs), cs)
+	}
+	cmds, err := s.ListCommands(ctx, store.ListTasksParams{OrderID: "x2", Limit: 10})
+	if err != nil || len(cmds) != 1 || cmds[0].Status != order.TaskDone || cmds[0].Result != "" || cmds[0].LastError == "" {
+		t.Fatalf("the command of a PAID order: %+v, %v; want it DONE with no answer and a note", cmds, err)
 	}
 	if got := get(t, s, "x2"); got.Status != order.Paid {
+		t.Fatalf("after the claim the order is %s, want PAID", got.Status)
+	}
+	AuditOK(t, s)
+
+	// Paid at lapse while the command is out, answered cancelled: a
+	// conflict, the order left PAID.
+	CreateCommanded(t, s, "x3")
+	clk.Advance(timeout + grace)
+	commandDue(t, s, "x3")
+	c = claimCommands(t, s, 10, time.Minute)[0]
+	paying = answer(c, ordersvc.Paying)
+	paying.RetryIn = time.Second
+	settleCommands(t, s, paying)
+	clk.Advance(time.Second)
+	c = claimCommands(t, s, 10, time.Minute)[0]
+	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "x3", PaymentID: "x3-1", AmountCents: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	sr = settleCommands(t, s, answer(c, ordersvc.Cancelled))
+	if len(sr.Conflicts) != 1 || sr.Conflicts[0].OrderID != "x3" || sr.Conflicts[0].Status != order.Paid || len(sr.Cancelled) != 0 {
+		t.Fatalf("settle of a contradicting answer: %+v, want one conflict", sr)
+	}
+	if got := get(t, s, "x3"); got.Status != order.Paid {
 		t.Fatalf("a contradicting answer moved the order to %s", got.Status)
 	}
 	AuditOK(t, s)
