@@ -7,7 +7,6 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -46,63 +45,21 @@ func writeCommandRow(w io.Writer, c order.Command) {
 }
 
 func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("commands retry", stderr)
-	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
-	dead := fs.Bool("dead", false, "retry every DEAD command, instead of naming command ids (one of the two is required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ids, err := deadSelection(stderr, "commands", "retry", "command", fs.Args(), *dead)
-	if err != nil {
-		return err
-	}
-	st, err := openEventsStore(ctx, *storeURL, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	n, err := st.RetryCommands(ctx, store.RetryTasksParams{IDs: ids, AllDead: *dead})
-	if err != nil {
-		return fmt.Errorf("%s: retry the cancel commands: %w", redact.URL(*storeURL), err)
-	}
-	fmt.Fprintf(stdout, "retried %d DEAD %s\n", n, plural(n, "command", "commands"))
-	switch {
-	case n == 0 && len(ids) > 0:
-		fmt.Fprintln(stderr, "none of these ids names a DEAD command: DONE, retried or purged since, or not a command id (lapse commands list --dead shows them)")
-	case n > 0:
-		fmt.Fprintln(stderr, "they are due now: a running lapse serve --order-service sends them (with the same command ids) within its dispatcher's interval")
-	}
-	return nil
+	return workAction{command: "commands", verb: "retry", done: "retried", noun: "command", what: "cancel commands",
+		since: "DONE, retried or purged since",
+		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
+			return st.RetryCommands(ctx, p)
+		},
+		after: "they are due now: a running lapse serve --order-service sends them (with the same command ids) within its dispatcher's interval",
+	}.run(ctx, args, stdout, stderr)
 }
 
 func runCommandsPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("commands purge", stderr)
-	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
-	dead := fs.Bool("dead", false, "purge every DEAD command, instead of naming command ids (one of the two is required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ids, err := deadSelection(stderr, "commands", "purge", "command", fs.Args(), *dead)
-	if err != nil {
-		return err
-	}
-	st, err := openEventsStore(ctx, *storeURL, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	n, err := st.PurgeCommands(ctx, store.RetryTasksParams{IDs: ids, AllDead: *dead})
-	if err != nil {
-		return fmt.Errorf("%s: purge the cancel commands: %w", redact.URL(*storeURL), err)
-	}
-	fmt.Fprintf(stdout, "purged %d DEAD %s\n", n, plural(n, "command", "commands"))
-	switch {
-	case n == 0 && len(ids) > 0:
-		fmt.Fprintln(stderr, "none of these ids names a DEAD command: DONE, retried or purged since, or not a command id (lapse commands list --dead shows them)")
-	case n > 0:
-		fmt.Fprintln(stderr, "their orders stay CANCELLING: lapse no longer asks the order service about them, and lapse audit reports each (commanded_unanswered)")
-	}
-	return nil
+	return workAction{command: "commands", verb: "purge", done: "purged", noun: "command", what: "cancel commands",
+		since: "DONE, retried or purged since",
+		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
+			return st.PurgeCommands(ctx, p)
+		},
+		after: "their orders stay CANCELLING: lapse no longer asks the order service about them, and lapse audit reports each (commanded_unanswered)",
+	}.run(ctx, args, stdout, stderr)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -58,34 +57,13 @@ func writeTaskRow(w io.Writer, t order.StockTask) {
 }
 
 func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tasks retry", stderr)
-	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
-	dead := fs.Bool("dead", false, "retry every DEAD task, instead of naming task ids (one of the two is required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ids, err := deadSelection(stderr, "tasks", "retry", "task", fs.Args(), *dead)
-	if err != nil {
-		return err
-	}
-	st, err := openEventsStore(ctx, *storeURL, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	n, err := st.RetryTasks(ctx, store.RetryTasksParams{IDs: ids, AllDead: *dead})
-	if err != nil {
-		return fmt.Errorf("%s: retry the stock tasks: %w", redact.URL(*storeURL), err)
-	}
-	fmt.Fprintf(stdout, "retried %d DEAD %s\n", n, plural(n, "task", "tasks"))
-	switch {
-	case n == 0 && len(ids) > 0:
-		fmt.Fprintln(stderr, "none of these ids names a DEAD task: DONE or retried since, or not a task id (lapse tasks list --dead shows them)")
-	case n > 0:
-		fmt.Fprintln(stderr, "they are due now: a running lapse serve sends them within its dispatcher's interval")
-	}
-	return nil
+	return workAction{command: "tasks", verb: "retry", done: "retried", noun: "task", what: "stock tasks",
+		since: "DONE or retried since",
+		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
+			return st.RetryTasks(ctx, p)
+		},
+		after: "they are due now: a running lapse serve sends them within its dispatcher's interval",
+	}.run(ctx, args, stdout, stderr)
 }
 
 // deadSelection checks what `lapse <command> <verb>` (tasks retry,

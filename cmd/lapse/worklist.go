@@ -133,3 +133,47 @@ func workWhen(status order.TaskStatus, nextAt, doneAt, deadAt time.Time) string 
 	}
 	return "-"
 }
+
+// workAction is `lapse tasks retry`, `lapse commands retry` and `lapse
+// commands purge`: DEAD work named by id, or every DEAD one, acted on in
+// the store. Each supplies its words, the store's method and what to say
+// after.
+type workAction struct {
+	command, verb string // "commands", "purge"
+	noun, what    string // "command", "cancel commands"
+	done          string // "purged": the past of verb
+	since         string // what else may have become of an id: "DONE, retried or purged since"
+	act           func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error)
+	after         string // said on stderr when some were acted on
+}
+
+func (a workAction) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet(a.command+" "+a.verb, stderr)
+	fs.args = "[ID…]"
+	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
+	dead := fs.Bool("dead", false, a.verb+" every DEAD "+a.noun+", instead of naming "+a.noun+" ids (one of the two is required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ids, err := deadSelection(stderr, a.command, a.verb, a.noun, fs.Args(), *dead)
+	if err != nil {
+		return err
+	}
+	st, err := openEventsStore(ctx, *storeURL, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n, err := a.act(ctx, st, store.RetryTasksParams{IDs: ids, AllDead: *dead})
+	if err != nil {
+		return fmt.Errorf("%s: %s the %s: %w", redact.URL(*storeURL), a.verb, a.what, err)
+	}
+	fmt.Fprintf(stdout, "%s %d DEAD %s\n", a.done, n, plural(n, a.noun, a.noun+"s"))
+	switch {
+	case n == 0 && len(ids) > 0:
+		fmt.Fprintf(stderr, "none of these ids names a DEAD %s: %s, or not a %s id (lapse %s list --dead shows them)\n", a.noun, a.since, a.noun, a.command)
+	case n > 0:
+		fmt.Fprintln(stderr, a.after)
+	}
+	return nil
+}
