@@ -33,6 +33,10 @@ import (
 //
 //	LAPSE_TEST_POSTGRES=… LAPSE_BENCH_RATE=1000 LAPSE_BENCH_DURATION=30s \
 //	  go test -run '^$' -bench Lateness -benchtime 1x -timeout 30m .
+//
+// or, the deadlines of orders created beforehand due over a window
+// (LAPSE_BENCH_SPREAD=10s LAPSE_BENCH_ORDERS=10000 LAPSE_BENCH_LEAD=60s:
+// 1,000 due a second with nothing but the cancels running).
 func BenchmarkLateness(b *testing.B) {
 	b.Run("service", func(b *testing.B) { benchLateness(b, "", false) })
 	b.Run("embedded/OnCancelled", func(b *testing.B) { benchLateness(b, "one", false) })
@@ -50,7 +54,22 @@ func latenessConfig(b *testing.B) bench.Config {
 		}
 		cfg.Rate = r
 	}
-	for name, into := range map[string]*time.Duration{"LAPSE_BENCH_DURATION": &cfg.Duration, "LAPSE_BENCH_TIMEOUT": &cfg.Timeout} {
+	// A window workload instead (LAPSE_BENCH_SPREAD): LAPSE_BENCH_ORDERS
+	// created first, within LAPSE_BENCH_LEAD, then due evenly over the
+	// spread — the cancel path alone at orders/spread due a second, the
+	// checkouts' commits out of its way.
+	if v := os.Getenv("LAPSE_BENCH_SPREAD"); v != "" {
+		cfg.Rate, cfg.Duration, cfg.Timeout, cfg.Orders, cfg.Lead = 0, 0, 0, 10000, 60*time.Second
+		if v := os.Getenv("LAPSE_BENCH_ORDERS"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				b.Fatalf("LAPSE_BENCH_ORDERS=%q: want a count", v)
+			}
+			cfg.Orders = n
+		}
+	}
+	for name, into := range map[string]*time.Duration{"LAPSE_BENCH_DURATION": &cfg.Duration, "LAPSE_BENCH_TIMEOUT": &cfg.Timeout,
+		"LAPSE_BENCH_SPREAD": &cfg.Spread, "LAPSE_BENCH_LEAD": &cfg.Lead} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
