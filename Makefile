@@ -14,7 +14,7 @@ export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CL
 
 GOTESTFLAGS ?=
 
-.PHONY: test test-unit build run bench lint fuzz check-deploy
+.PHONY: test test-unit build run bench lint fuzz check-deploy image check-image
 
 ## test: every test, with the race detector, including the integration suites
 test:
@@ -42,6 +42,14 @@ lint:
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCreateOrder -fuzztime 60s ./httpapi/
 
-## check-deploy: promtool on deploy/prometheus, systemd-analyze verify on deploy/systemd (installs them as root on Debian)
+## check-deploy: promtool on deploy/prometheus, systemd-analyze verify on deploy/systemd (installs them as root on Debian), helm lint and template on deploy/helm
 check-deploy:
 	bash scripts/check-deploy.sh
+
+## image: the OCI image, no Docker engine needed: dist/image (OCI layout) and dist/lapse-image.tar (umoci)
+image:
+	bash scripts/image.sh
+
+## check-image: runs dist/image with runc (as root) against PostgreSQL: probes, non-root, SIGTERM
+check-image:
+	bash scripts/check-image.sh
