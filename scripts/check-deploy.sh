@@ -50,6 +50,7 @@ for w in "${want[@]}"; do
 	grep -qF -- "$w" <<<"$out" || { echo "$out"; echo "check-deploy: helm template has no \"$w\""; exit 1; }
 done
 if grep -q 'kind: ServiceMonitor' <<<"$out"; then echo "check-deploy: a ServiceMonitor without serviceMonitor.enabled"; exit 1; fi
-"$helm" template lapse "$chart" --set serviceMonitor.enabled=true | grep -q 'apiVersion: monitoring.coreos.com/v1' ||
+out=$("$helm" template lapse "$chart" --set serviceMonitor.enabled=true)
+grep -q 'apiVersion: monitoring.coreos.com/v1' <<<"$out" ||
 	{ echo "check-deploy: no ServiceMonitor with serviceMonitor.enabled=true"; exit 1; }
 echo "check-deploy: ok"

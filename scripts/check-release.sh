@@ -25,8 +25,9 @@ commit=$(git rev-parse HEAD)
 for platform in linux_amd64 linux_arm64 darwin_amd64 darwin_arm64; do
 	archive=$d/lapse_${version}_$platform.tar.gz
 	[ -s "$archive" ] || fail "$archive is missing"
-	tar -tzf "$archive" | grep -qx lapse || fail "$archive holds no lapse binary"
-	tar -tzf "$archive" | grep -qx deploy/systemd/lapse.service || fail "$archive holds no systemd unit"
+	files=$(tar -tzf "$archive") # not piped into grep -q: its early exit would fail tar (pipefail)
+	grep -qx lapse <<<"$files" || fail "$archive holds no lapse binary"
+	grep -qx deploy/systemd/lapse.service <<<"$files" || fail "$archive holds no systemd unit"
 	sbom=$archive.cdx.json
 	[ "$(jq -r .bomFormat "$sbom")" = CycloneDX ] || fail "$sbom is not a CycloneDX document"
 	jq -e '[.components[].purl] | any(startswith("pkg:golang/github.com/jackc/pgx/v5@"))' "$sbom" >/dev/null ||
