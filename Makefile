@@ -14,7 +14,7 @@ export LAPSE_TEST_POSTGRES LAPSE_TEST_MYSQL LAPSE_TEST_REDIS LAPSE_TEST_REDIS_CL
 
 GOTESTFLAGS ?=
 
-.PHONY: test test-unit check build run bench lint fuzz check-deploy
+.PHONY: test test-unit check build run bench lint fuzz check-deploy release-snapshot check-release image check-image
 
 ## test: every test, with the race detector, including the integration suites
 test:
@@ -45,6 +45,26 @@ lint:
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCreateOrder -fuzztime 60s ./httpapi/
 
-## check-deploy: promtool on deploy/prometheus, systemd-analyze verify on deploy/systemd (installs them as root on Debian)
+## check-deploy: promtool on deploy/prometheus, systemd-analyze verify on deploy/systemd (installs them as root on Debian), helm lint and template on deploy/helm
 check-deploy:
 	bash scripts/check-deploy.sh
+
+## release-snapshot: the release without publishing it, in dist/release: linux and darwin
+## archives (amd64, arm64) with a CycloneDX SBOM each, the .deb, checksums.txt (goreleaser;
+## scripts/tools.sh installs it and cyclonedx-gomod at their pinned versions)
+release-snapshot:
+	@if [ -f .git ]; then echo "make release-snapshot: run it from a clone, not a git worktree: cyclonedx-gomod (the SBOMs) reads the repository with go-git, which cannot open a worktree (git clone . /tmp/lapse-release)"; exit 1; fi
+	bash scripts/tools.sh goreleaser cyclonedx-gomod
+	PATH="$$(go env GOPATH)/bin:$$PATH" goreleaser release --snapshot --clean
+
+## check-release: release-snapshot, then checks the archives, SBOMs, .deb and checksums
+check-release:
+	bash scripts/check-release.sh
+
+## image: the OCI image, no Docker engine needed: dist/image (OCI layout) and dist/lapse-image.tar (umoci)
+image:
+	bash scripts/image.sh
+
+## check-image: runs dist/image with runc (as root) against PostgreSQL: probes, non-root, SIGTERM
+check-image:
+	bash scripts/check-image.sh
