@@ -16,18 +16,7 @@ import (
 // with no rows are left out). For machines, encode the Report as JSON.
 func WriteTable(w io.Writer, rep Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	span := func(t time.Time, zero string) string {
-		if t.IsZero() {
-			return zero
-		}
-		return t.UTC().Format(time.RFC3339)
-	}
-	verdict := "OK"
-	if !rep.OK() {
-		verdict = "NOT OK"
-	}
-	fmt.Fprintf(tw, "reconciliation of orders created %s .. %s against the %s: %s\n",
-		span(rep.From, "(beginning)"), span(rep.To, "(now)"), rep.Source, verdict)
+	writeHead(tw, "reconciliation", rep.From, rep.To, "the "+rep.Source, rep.OK())
 	fmt.Fprintf(tw, "%d lapse orders, %d gateway records, %d ignored; %d mismatches, %d known refunds, %d errors\n",
 		rep.Orders, rep.GatewayRecords, rep.Ignored, len(rep.Mismatches), len(rep.KnownRefunds), len(rep.Errors))
 	section := func(title string, ms []Mismatch) {
@@ -115,22 +104,11 @@ func printable(s string) bool {
 // (left out when clean). For machines, encode the StockReport as JSON.
 func WriteStockTable(w io.Writer, rep StockReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	span := func(t time.Time, zero string) string {
-		if t.IsZero() {
-			return zero
-		}
-		return t.UTC().Format(time.RFC3339)
-	}
-	verdict := "OK"
-	if !rep.OK() {
-		verdict = "NOT OK"
-	}
 	against := "the inventory's ledger"
 	if rep.Inventory != "" {
 		against = "the ledger of " + showID(rep.Inventory)
 	}
-	fmt.Fprintf(tw, "stock reconciliation of orders created %s .. %s against %s: %s\n",
-		span(rep.From, "(beginning)"), span(rep.To, "(now)"), against, verdict)
+	writeHead(tw, "stock reconciliation", rep.From, rep.To, against, rep.OK())
 	fmt.Fprintf(tw, "%d lapse orders with a reservation (%d open), %d ledger rows (%d of other reservations), %d rechecked; %d orders mismatched\n",
 		rep.Orders, rep.Open, rep.LedgerRows, rep.OtherRows, rep.Rechecked, rep.MismatchedOrders)
 	if rep.ItemsChecked > 0 {
@@ -173,22 +151,11 @@ func WriteStockTable(w io.Writer, rep StockReport) error {
 // machines, encode the OrderServiceReport as JSON.
 func WriteOrderServiceTable(w io.Writer, rep OrderServiceReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	span := func(t time.Time, zero string) string {
-		if t.IsZero() {
-			return zero
-		}
-		return t.UTC().Format(time.RFC3339)
-	}
-	verdict := "OK"
-	if !rep.OK() {
-		verdict = "NOT OK"
-	}
 	against := "the order service"
 	if rep.OrderService != "" {
 		against = "the order service " + showID(rep.OrderService)
 	}
-	fmt.Fprintf(tw, "reconciliation of orders created %s .. %s against %s: %s\n",
-		span(rep.From, "(beginning)"), span(rep.To, "(now)"), against, verdict)
+	writeHead(tw, "reconciliation", rep.From, rep.To, against, rep.OK())
 	mismatched := 0
 	for _, n := range rep.Counts {
 		mismatched += n
@@ -223,4 +190,20 @@ func WriteOrderServiceTable(w io.Writer, rep OrderServiceReport) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeHead is the first line of every reconciliation's table: what it
+// compared, over which window of created_at (zero: open), and the verdict.
+func writeHead(w io.Writer, what string, from, to time.Time, against string, ok bool) {
+	span := func(t time.Time, zero string) string {
+		if t.IsZero() {
+			return zero
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	verdict := "OK"
+	if !ok {
+		verdict = "NOT OK"
+	}
+	fmt.Fprintf(w, "%s of orders created %s .. %s against %s: %s\n", what, span(from, "(beginning)"), span(to, "(now)"), against, verdict)
 }
