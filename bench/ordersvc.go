@@ -155,9 +155,15 @@ func (r *run) readCommands(ctx context.Context) (CommandsResult, error) {
 }
 
 // waitCommands waits until the order service has answered every order the
-// run did not pay (the service's metrics say when to look), or Wait has
-// passed since the last deadline, then reads the record: res.Commands, and
-// the orders cancelled, for the lateness.
+// run did not pay, or Wait has passed since the last deadline, then reads
+// the record: res.Commands, and the orders cancelled, for the lateness.
+//
+// The service's metrics say when to look: once they count as many final
+// answers as orders the run did not pay. They are not the proof: an order
+// the run paid while its command was out (the payment in flight at the
+// deadline) has a final answer too, so the count can be reached with an
+// unpaid order still unanswered. The store's record is read then, and read
+// again, while any unpaid order is unanswered and Wait has not passed.
 func (r *run) waitCommands(ctx context.Context, res *Result) ([]order.Order, error) {
 	want := r.created.Load() - r.paid.Load()
 	r.mu.Lock()
@@ -169,18 +175,21 @@ func (r *run) waitCommands(ctx context.Context, res *Result) ([]order.Order, err
 		if err != nil {
 			return nil, err
 		}
-		if int64(c.minus(r.base).commandsFinal) >= want || time.Now().After(deadline) {
-			break
+		late := time.Now().After(deadline)
+		if int64(c.minus(r.base).commandsFinal) >= want || late {
+			cr, err := r.readCommands(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if cr.Unanswered == cr.Dead || late {
+				res.Commands = &cr
+				break
+			}
 		}
 		if !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
 			return nil, ctx.Err()
 		}
 	}
-	cr, err := r.readCommands(ctx)
-	if err != nil {
-		return nil, err
-	}
-	res.Commands = &cr
 	return r.listCancelledRetrying(ctx)
 }
 
