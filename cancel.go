@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
@@ -52,9 +53,24 @@ func (s *Service) handleDue(ctx context.Context, due []timer.Timer) error {
 func (s *Service) cancelBatch(ctx context.Context, p store.CancelDueParams) (store.CancelDueResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CancelTimeout)
 	defer cancel()
+	// Order-service mode: the commands are written claimed for this
+	// instance's dispatcher, which sends them as the batch commits.
+	var handoff *ordersvc.Handoff
+	if p.Command && s.commands != nil {
+		if h, ok := s.commands.Hold(); ok {
+			handoff, p.CommandLease = h, h.Lease()
+		}
+	}
 	before := time.Now()
 	res, err := s.store.CancelDue(ctx, p)
 	s.metrics.skew.observe(before, time.Now(), res.Now)
+	if handoff != nil {
+		if err != nil {
+			handoff.Release()
+		} else {
+			handoff.Deliver(res.Commands)
+		}
+	}
 	if err != nil {
 		s.metrics.batches.WithLabelValues("error").Inc()
 		s.log.Error("cancel batch failed; it will be retried", "orders", len(p.IDs), "claim", p.Claim, "err", err)

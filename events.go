@@ -11,9 +11,15 @@ import (
 // writes outbox events (and stock tasks) wakes this instance's relay (and
 // dispatcher) right after its commit, so they leave in milliseconds instead
 // of at the next poll. (What other instances commit is found by the poll.)
+//
+// The order-service dispatcher (commands) is woken only by what writes
+// commands: a CancelDue in order-service mode. Woken by every create, it
+// claimed nothing a thousand times a second at 1,000 checkouts/s — a
+// transaction each, on the database the cancels and their answers wait on.
 type notifying struct {
 	store.Store
-	wake []interface{ Notify() }
+	wake     []interface{ Notify() }
+	commands interface{ Notify() } // nil outside order-service mode
 }
 
 func (n notifying) notify() {
@@ -58,6 +64,9 @@ func (n notifying) CancelDue(ctx context.Context, p store.CancelDueParams) (stor
 	r, err := n.Store.CancelDue(ctx, p)
 	if err == nil && len(r.Cancelled) > 0 {
 		n.notify()
+		if p.Command && n.commands != nil && len(r.Commands) < len(r.Cancelled) {
+			n.commands.Notify() // some were not handed over (CommandLease)
+		}
 	}
 	return r, err
 }

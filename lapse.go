@@ -343,9 +343,12 @@ func New(cfg Config) (*Service, error) {
 		}
 		cc.OnSettled = s.commandsSettled
 		s.commands = &ordersvc.Dispatcher{Store: cfg.Store, Client: cfg.OrderService, DispatcherConfig: cc}
-		wake = append(wake, s.commands)
 	}
-	s.store = notifying{Store: cfg.Store, wake: wake}
+	ns := notifying{Store: cfg.Store, wake: wake}
+	if s.commands != nil {
+		ns.commands = s.commands
+	}
+	s.store = ns
 	if cfg.PollStore {
 		s.poll = newPoller(s, 0, cfg.PollMaxSleep, true, nil)
 	}

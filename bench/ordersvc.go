@@ -51,6 +51,11 @@ type CommandsResult struct {
 	// not DONE at the end (missing, PENDING or DEAD); Dead those DEAD.
 	Unanswered int `json:"unanswered"`
 	Dead       int `json:"dead"`
+	// EndedPaid counts commands ended DONE without an answer because lapse
+	// recorded their order PAID before they went out again (answered
+	// paying, then the run's payment landed): the order was paid, not left
+	// unanswered.
+	EndedPaid int `json:"ended_paid"`
 	// Mismatched counts orders whose status is not what their command's
 	// answer decides (cancelled and already_cancelled: CANCELLED;
 	// already_paid: PAID): must be 0.
@@ -124,6 +129,9 @@ func (r *run) readCommands(ctx context.Context) (CommandsResult, error) {
 			res.Resent++
 		}
 		switch {
+		case c.Status == order.TaskDone && c.Result == "" && g.o.Status == order.Paid:
+			res.EndedPaid++
+			continue
 		case c.Status == order.TaskDead:
 			res.Dead++
 			res.Unanswered++

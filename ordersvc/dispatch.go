@@ -34,6 +34,12 @@ type Dispatcher struct {
 
 	wakeOnce sync.Once
 	wake     chan struct{}
+
+	// The batches handed over by the cancels that wrote them (Hold).
+	runCtx   context.Context
+	runMu    sync.Mutex
+	held     chan struct{} // a slot per batch in flight, Workers of them
+	handedWG sync.WaitGroup
 }
 
 // DispatcherConfig tunes a Dispatcher; the zero value takes every default.
@@ -147,6 +153,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("ordersvc: dispatch pass failed; retrying", "err", err, "retry_in", retryIn)
 		},
 	}
+	d.runMu.Lock()
+	d.runCtx, d.held = ctx, make(chan struct{}, d.Workers)
+	d.runMu.Unlock()
 	var wg sync.WaitGroup
 	for range d.Workers {
 		wg.Go(func() { loop.Run(ctx, d.pass) })
@@ -155,7 +164,82 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Go(func() { d.runStats(ctx) })
 	}
 	wg.Wait()
+	d.runMu.Lock()
+	d.runCtx = nil
+	d.runMu.Unlock()
+	d.handedWG.Wait()
 	return nil
+}
+
+// Handoff is a dispatcher's promise to send a batch of commands at once,
+// taken before the cancel that writes them claimed
+// (store.CancelDueParams.CommandLease, Lease).
+type Handoff struct {
+	d     *Dispatcher
+	ctx   context.Context
+	start time.Time
+	done  bool
+}
+
+// Hold takes a slot for a batch of commands a cancel is about to write
+// claimed for this dispatcher, so that it sends them the moment the cancel
+// commits: no claim transaction, no wait for a worker's next pass. The
+// command lag at 1,000 due/s is the timer, the cancel's commit, the send
+// and the settle. ok=false when the dispatcher is not running or Workers
+// handed-over batches are in flight already: the cancel writes its commands
+// unclaimed, for the workers' claims. Lease is the lease to write them with.
+// Exactly one of the Handoff's Deliver and Release must follow.
+func (d *Dispatcher) Hold() (h *Handoff, ok bool) {
+	d.runMu.Lock()
+	defer d.runMu.Unlock()
+	if d.runCtx == nil || d.runCtx.Err() != nil {
+		return nil, false
+	}
+	select {
+	case d.held <- struct{}{}:
+	default:
+		return nil, false
+	}
+	d.handedWG.Add(1)
+	return &Handoff{d: d, ctx: d.runCtx, start: time.Now()}, true
+}
+
+// Lease is how long the commands of a Handoff are to be claimed for.
+func (h *Handoff) Lease() time.Duration { return h.d.Lease }
+
+// Deliver sends the commands the cancel wrote claimed (empty: none) and
+// settles the answers, in the background, then frees the slot. The
+// dispatcher's Run waits for it before returning.
+func (h *Handoff) Deliver(cs []store.ClaimedCommand) {
+	if h.done {
+		return
+	}
+	h.done = true
+	if len(cs) == 0 {
+		h.free()
+		return
+	}
+	go func() {
+		defer h.free()
+		if _, err := h.d.deliver(h.ctx, h.start, cs); err != nil {
+			// The lease runs out and a worker's claim sends them again.
+			h.d.Logger.Warn("ordersvc: settling a handed-over batch failed; its commands go again after their lease", "commands", len(cs), "err", err)
+		}
+	}()
+}
+
+// Release frees the slot of a Handoff whose cancel wrote nothing claimed
+// (it failed, or the store cannot claim at write).
+func (h *Handoff) Release() {
+	if !h.done {
+		h.done = true
+		h.free()
+	}
+}
+
+func (h *Handoff) free() {
+	<-h.d.held
+	h.d.handedWG.Done()
 }
 
 // pass claims one batch, sends its commands concurrently and settles it.
@@ -165,6 +249,12 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 	if err != nil || len(cs) == 0 {
 		return drain.Pass{}, err
 	}
+	return d.deliver(ctx, start, cs)
+}
+
+// deliver sends a claimed batch's commands concurrently and settles it;
+// start is from before the claim.
+func (d *Dispatcher) deliver(ctx context.Context, start time.Time, cs []store.ClaimedCommand) (drain.Pass, error) {
 	// Send within the lease, measured from before the claim; a shutdown
 	// lets the batch in hand finish rather than abandoning it.
 	sctx, endSend := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.Lease*4/5))

@@ -423,6 +423,16 @@ type CancelDueParams struct {
 	// CANCELLING and their cancel commands are written (store.Commands),
 	// in the same transaction; Cancelled lists them.
 	Command bool
+	// CommandLease, with Command, claims the commands the batch writes for
+	// the caller, as ClaimCommands would for CommandLease, in the same
+	// transaction: CancelDueResult.Commands lists them, bodies included, for
+	// the caller to send at once (ordersvc.Dispatcher.Hold) — no claim
+	// transaction after the commit, no wait for a dispatcher's turn. If the
+	// caller dies before settling them the lease runs out and any
+	// dispatcher claims them, as after a claim. A store whose driver cannot
+	// tell which commands it wrote (MySQL: no RETURNING) claims none: they
+	// are due at once, for the dispatchers.
+	CommandLease time.Duration
 	// Why, when set, says why the orders were cancelled beyond their
 	// cancel_reason (payment_unknown: the gateway never knew the attempt);
 	// their order.cancelled events carry it as cancel_detail.
@@ -454,6 +464,9 @@ type CancelDueResult struct {
 	// HookFailed are the orders of the batch whose OnCancelled hook failed:
 	// the batch committed without them, they are still due.
 	HookFailed []*HookError
+	// Commands are the commands the batch wrote claimed for the caller
+	// (CancelDueParams.CommandLease).
+	Commands []ClaimedCommand
 }
 
 // Deadline is when a pending order's timer must fire.

@@ -215,6 +215,9 @@ func printBenchCommands(w io.Writer, res bench.Result) {
 	fmt.Fprintf(w, "commands      %d answered (%.0f/s): %s; %d sent more than once\n", cr.Answered, cr.PerS, strings.Join(results, ", "), cr.Resent)
 	fmt.Fprintf(w, "command lag   ms p50 %.1f  p90 %.1f  p99 %.1f  max %.1f (cancel_after → the answer recorded, store clock)\n",
 		cr.LagMS.P50, cr.LagMS.P90, cr.LagMS.P99, cr.LagMS.Max)
+	if cr.EndedPaid > 0 {
+		fmt.Fprintf(w, "commands      %d not sent again: lapse recorded their order PAID first (answered paying, then paid)\n", cr.EndedPaid)
+	}
 	if cr.Unanswered > 0 || cr.Mismatched > 0 {
 		fmt.Fprintf(w, "commands      %d orders without an answer (%d DEAD), %d orders not as answered\n", cr.Unanswered, cr.Dead, cr.Mismatched)
 	}

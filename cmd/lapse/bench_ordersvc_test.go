@@ -71,7 +71,7 @@ func checkCommands(t *testing.T, res map[string]any, orders int) map[string]any 
 	if !ok {
 		t.Fatalf("no commands in %v", res)
 	}
-	for _, k := range []string{"answered", "results", "lag_ms", "per_s", "resent", "unanswered", "dead", "mismatched", "commands"} {
+	for _, k := range []string{"answered", "results", "lag_ms", "per_s", "resent", "unanswered", "dead", "ended_paid", "mismatched", "commands"} {
 		if _, ok := cr[k]; !ok {
 			t.Errorf("commands has no %q: %v", k, cr)
 		}
@@ -89,7 +89,9 @@ func checkCommands(t *testing.T, res map[string]any, orders int) map[string]any 
 	// reference order service answers it paying, then already_paid).
 	paidByRun, cancelled := res["paid"].(float64), res["cancelled"].(float64)
 	cancels, _ := results["cancelled"].(float64)
-	if answered != cr["answered"] || answered != cr["commands"] || answered+paidByRun < float64(orders) ||
+	// A command answered paying whose order the run then paid ends DONE
+	// unsent (ended_paid): lapse recorded the payment first.
+	if answered != cr["answered"] || answered+cr["ended_paid"].(float64) != cr["commands"] || answered+paidByRun < float64(orders) ||
 		cancelled+paidByRun > float64(orders) || cancelled != cancels {
 		t.Errorf("%d orders, %v paid by the run, %v cancelled; commands %v: want an answer for every order not paid by the run, "+
 			"each cancelled order answered cancelled", orders, paidByRun, cancelled, cr)

@@ -32,6 +32,7 @@ type CommandExecutor interface {
 	// InsertCommands writes commands, PENDING and due at now; a command
 	// that exists already (the same order and deadline) is left as it is.
 	InsertCommands(ctx context.Context, now time.Time, cs []order.Command) error
+	// (CommandClaimer: a driver that can also write them claimed.)
 	// ClaimCommands leases up to limit PENDING commands with next_at <=
 	// now, earliest first, skipping rows other claims hold: next_at becomes
 	// leaseUntil and attempts grows by one. Order is left for the core.
@@ -51,6 +52,16 @@ type CommandExecutor interface {
 	CommandStats(ctx context.Context) (store.TaskStats, error)
 }
 
+// CommandClaimer is a CommandExecutor that writes commands already claimed
+// — attempts 1, next_at leaseUntil, as ClaimCommands leaves a row — and
+// returns the ids it wrote (a command that existed already is left as it
+// is, and not among them): CancelDueParams.CommandLease. PostgreSQL and
+// SQLite have it (INSERT … RETURNING); MySQL cannot say which rows an
+// INSERT wrote, and its commands wait for a claim.
+type CommandClaimer interface {
+	InsertClaimedCommands(ctx context.Context, now, leaseUntil time.Time, cs []order.Command) (written []string, err error)
+}
+
 // ErrNoCommands: the store's driver does not implement order-service mode.
 var ErrNoCommands = errors.New("store: this store does not support order-service mode")
 
@@ -63,15 +74,17 @@ func commandsOf(e any) (CommandExecutor, error) {
 }
 
 // commandDue is cancelDue for order-service mode: the batch's due orders
-// move to CANCELLING and their commands are written.
-func (s *Store) commandDue(ctx context.Context, tx *Tx, sorted []string, p store.CancelDueParams) ([]order.Order, time.Time, error) {
+// move to CANCELLING and their commands are written — claimed for the
+// caller with p.CommandLease where the driver can (CommandClaimer), those
+// returned with their bodies.
+func (s *Store) commandDue(ctx context.Context, tx *Tx, sorted []string, p store.CancelDueParams) ([]order.Order, []store.ClaimedCommand, time.Time, error) {
 	ce, err := commandsOf(tx.ExecutorTx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, nil, time.Time{}, err
 	}
 	now, err := tx.Now(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, nil, time.Time{}, err
 	}
 	var done []order.Order
 	if len(sorted) > 0 {
@@ -80,16 +93,44 @@ func (s *Store) commandDue(ctx context.Context, tx *Tx, sorted []string, p store
 		done, err = ce.ClaimCommandDue(ctx, ClaimArgs{Now: now, DueBy: dueBy(now, p.Lag), Limit: p.Claim, SkipAttempted: p.SkipAttempted})
 	}
 	if err != nil || len(done) == 0 {
-		return done, now, err
+		return done, nil, now, err
 	}
 	cs := make([]order.Command, len(done))
 	for i, o := range done {
 		cs[i] = order.Command{ID: ordersvc.CommandID(o.ID, o.CancelAfter), OrderID: o.ID, CancelAfter: o.CancelAfter}
 	}
-	if err := ce.InsertCommands(ctx, now, cs); err != nil {
-		return nil, time.Time{}, fmt.Errorf("write commands: %w", err)
+	cc, ok := ce.(CommandClaimer)
+	if !ok || p.CommandLease <= 0 {
+		if err := ce.InsertCommands(ctx, now, cs); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("write commands: %w", err)
+		}
+		return done, nil, now, nil
 	}
-	return done, now, nil
+	until := now.Add(p.CommandLease)
+	written, err := cc.InsertClaimedCommands(ctx, now, until, cs)
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("write commands claimed: %w", err)
+	}
+	byID := make(map[string]order.Order, len(done))
+	for _, o := range done {
+		byID[o.ID] = o
+	}
+	isWritten := make(map[string]bool, len(written))
+	for _, id := range written {
+		isWritten[id] = true
+	}
+	var claimed []store.ClaimedCommand
+	for _, c := range cs {
+		if !isWritten[c.ID] {
+			continue // written before, by an earlier deadline's round: its own schedule stands
+		}
+		c.Status, c.Attempts, c.CreatedAt, c.NextAt = order.TaskPending, 1, now, until
+		claimed = append(claimed, store.ClaimedCommand{Command: c, Since: now})
+	}
+	if err := s.attachBodies(ctx, tx, claimed, byID, now); err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	return done, claimed, now, nil
 }
 
 // ClaimCommands implements store.Commands.
@@ -170,6 +211,13 @@ func (s *Store) commandBodies(ctx context.Context, tx *Tx, cs []store.ClaimedCom
 	for _, o := range os {
 		byID[o.ID] = o
 	}
+	return s.attachBodies(ctx, tx, cs, byID, now)
+}
+
+// attachBodies gives each claimed command its order (from byID) with the
+// order's payment attempts, read for those that had any, and the claim's
+// time.
+func (s *Store) attachBodies(ctx context.Context, tx *Tx, cs []store.ClaimedCommand, byID map[string]order.Order, now time.Time) error {
 	for i := range cs {
 		cs[i].ClaimedAt = now
 		o, ok := byID[cs[i].OrderID]
@@ -177,6 +225,7 @@ func (s *Store) commandBodies(ctx context.Context, tx *Tx, cs []store.ClaimedCom
 			o = order.Order{ID: cs[i].OrderID}
 		}
 		if o.PaymentID != "" || o.PaymentAttempts > 0 { // an attempt was started
+			var err error
 			if o.Payments, err = tx.Payments(ctx, o.ID); err != nil {
 				return fmt.Errorf("read attempts of %s: %w", o.ID, err)
 			}

@@ -556,11 +556,11 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 // lists them); no stock moves and no event is written — the answer's
 // transition writes them. No hook runs: the order service is not embedded.
 func (s *Store) commandDueIn(ctx context.Context, tx *Tx, ids, sorted []string, p store.CancelDueParams, res *store.CancelDueResult) error {
-	done, now, err := s.commandDue(ctx, tx, sorted, p)
+	done, claimed, now, err := s.commandDue(ctx, tx, sorted, p)
 	if err != nil {
 		return fmt.Errorf("command: %w", err)
 	}
-	*res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done)}
+	*res = store.CancelDueResult{Now: now, Cancelled: cancelledRows(done), Commands: claimed}
 	if rest := notIn(ids, done); len(rest) > 0 {
 		others, err := tx.Orders(ctx, rest)
 		if err != nil {

@@ -36,6 +36,22 @@ func (e executor) InsertCommands(ctx context.Context, now time.Time, cs []order.
 	return err
 }
 
+var _ core.CommandClaimer = executor{}
+
+// InsertClaimedCommands implements core.CommandClaimer.
+func (e executor) InsertClaimedCommands(ctx context.Context, now, leaseUntil time.Time, cs []order.Command) ([]string, error) {
+	ids, orders, due := make([]string, len(cs)), make([]string, len(cs)), make([]time.Time, len(cs))
+	for i, c := range cs {
+		ids[i], orders[i], due[i] = c.ID, c.OrderID, c.CancelAfter
+	}
+	rows, err := e.db.Query(ctx, q.Get("insert_claimed_commands"), now, ids, orders, due, leaseUntil)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return written, interpretError(err)
+}
+
 // scanCommand reads the column list every command query returns.
 func scanCommand(r pgx.CollectableRow) (store.ClaimedCommand, error) {
 	var (

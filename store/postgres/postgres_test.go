@@ -127,6 +127,14 @@ func TestConformanceWithSavepointGroups(t *testing.T) {
 	})
 }
 
+// This driver writes a cancel's commands claimed for the caller when asked
+// (order-service mode's handoff: core.CommandClaimer).
+func TestCancelWritesCommandsClaimedForTheCaller(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, clock.Real{})
+	storetest.RequireClaimAtWrite(t, s)
+}
+
 func TestMigrateTwiceIsANoOp(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, clock.Real{})

@@ -992,6 +992,18 @@ SELECT c.id, c.order_id, c.cancel_after, $1, $1, $1
 FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS c(id, order_id, cancel_after)
 ON CONFLICT (id) DO NOTHING;
 
+-- name: insert_claimed_commands
+-- insert_commands, claimed for the transaction's caller (CancelDueParams.
+-- CommandLease): $1 now, $2 ids, $3 order ids, $4 cancel_afters, $5 the
+-- lease's end. Each row as claim_commands leaves one: attempts 1, due again
+-- when the lease runs out. Returns the ids written; a command that existed
+-- already is left as it is, and not returned.
+INSERT INTO lapse_order_commands (id, order_id, cancel_after, next_at, since, created_at, attempts)
+SELECT c.id, c.order_id, c.cancel_after, $5, $1, $1, 1
+FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS c(id, order_id, cancel_after)
+ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
 -- name: claim_commands
 -- claim_tasks's twin, through lapse_order_commands_due.
 UPDATE lapse_order_commands SET next_at = $2, attempts = attempts + 1

@@ -42,6 +42,18 @@ func (e executor) InsertCommands(ctx context.Context, now time.Time, cs []order.
 	return err
 }
 
+var _ core.CommandClaimer = executor{}
+
+// InsertClaimedCommands implements core.CommandClaimer.
+func (e executor) InsertClaimedCommands(ctx context.Context, now, leaseUntil time.Time, cs []order.Command) ([]string, error) {
+	rows := make([]commandRow, len(cs))
+	for i, c := range cs {
+		rows[i] = commandRow{ID: c.ID, OrderID: c.OrderID, CancelAfter: ms(c.CancelAfter)}
+	}
+	return sqlrows.Collect(ctx, e.db, q.Get("insert_claimed_commands"), []any{ms(now), jsonArray(rows), ms(leaseUntil)},
+		func(r *sql.Rows) (id string, err error) { return id, r.Scan(&id) })
+}
+
 // scanCommand reads the column list every command query returns.
 func scanCommand(r *sql.Rows) (store.ClaimedCommand, error) {
 	var (

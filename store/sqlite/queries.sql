@@ -593,6 +593,18 @@ SELECT value ->> 'id', value ->> 'order_id', value ->> 'cancel_after', ?1, ?1, ?
 FROM json_each(?2)
 WHERE true ON CONFLICT (id) DO NOTHING;
 
+-- name: insert_claimed_commands
+-- insert_commands, claimed for the transaction's caller (CancelDueParams.
+-- CommandLease): ?1 now, ?2 the JSON array, ?3 the lease's end. Each row as
+-- claim_commands leaves one: attempts 1, due again when the lease runs out.
+-- Returns the ids written; a command that existed already is left as it
+-- is, and not returned.
+INSERT INTO lapse_order_commands (id, order_id, cancel_after, next_at, since, created_at, attempts)
+SELECT value ->> 'id', value ->> 'order_id', value ->> 'cancel_after', ?3, ?1, ?1, 1
+FROM json_each(?2)
+WHERE true ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
 -- name: claim_commands
 -- claim_tasks's twin, through lapse_order_commands_due. ?1 now, ?2 the
 -- lease's end, ?3 batch size. One writer: no row is held by another claim.

@@ -25,6 +25,7 @@ func exerciseCommands(t *testing.T, newStore Factory) {
 	t.Run("commands: the claim mode takes due orders, and concurrent dispatchers never hold one command twice", func(t *testing.T) { testCommandClaims(t, newStore) })
 	t.Run("commands: an answer that contradicts a payment lapse recorded is a conflict, never a transition", func(t *testing.T) { testCommandConflict(t, newStore) })
 	t.Run("commands: the audit reports an order past its deadline with no final answer, and DEAD commands", func(t *testing.T) { testCommandAudit(t, newStore) })
+	t.Run("commands: a cancel can write its commands claimed for the caller, held until their lease runs out", func(t *testing.T) { testCommandClaimedAtWrite(t, newStore) })
 }
 
 // CreateCommanded registers an order of order-service mode: no items, no
@@ -535,5 +536,112 @@ func testCommandAudit(t *testing.T, newStore Factory) {
 	ov, err := s.Overview(ctx, store.OverviewParams{})
 	if err != nil || ov.ByStatus[order.Cancelling] != 2 || ov.ByStatus[order.Paying] != 2 || ov.ByStatus[order.Cancelled] != 2 {
 		t.Fatalf("overview: %v, %v; want 2 CANCELLING, 2 PAYING, 2 CANCELLED", ov.ByStatus, err)
+	}
+}
+
+// commandDueClaimed is commandDue with the commands claimed for the caller
+// for lease (CancelDueParams.CommandLease); confirmed takes PAYING orders
+// too, as the gateway check's cancel does.
+func commandDueClaimed(t testing.TB, s store.Store, lease time.Duration, confirmed bool, ids ...string) store.CancelDueResult {
+	t.Helper()
+	res, err := s.CancelDue(context.Background(), store.CancelDueParams{IDs: ids, Command: true, CommandLease: lease, Confirmed: confirmed})
+	if err != nil {
+		t.Fatalf("command due %v, claimed for %s: %v", ids, lease, err)
+	}
+	return res
+}
+
+// testCommandClaimedAtWrite: a cancel that asks for its commands claimed
+// (CancelDueParams.CommandLease) gets each it wrote with its body, held as
+// a claim holds it — no dispatcher claims it until the lease runs out, then
+// any does, and the first holder's late answer is stale. A command written
+// before (the same order and deadline, answered paying) is not handed out:
+// its own schedule stands. A store that cannot claim at write (MySQL) hands
+// out none, and its commands are due at once.
+func testCommandClaimedAtWrite(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	o := CreateCommanded(t, s, "w1")
+	CreateCommanded(t, s, "w2")
+	CreateCommanded(t, s, "w-paying")
+	clk.Advance(timeout + grace)
+	res := commandDueClaimed(t, s, time.Minute, false, "w1", "w2", "w-paying")
+	if got := cancelledIDs(res); !slices.Equal(got, []string{"w-paying", "w1", "w2"}) && !slices.Equal(got, []string{"w1", "w2", "w-paying"}) {
+		t.Fatalf("commanded %v, want the three", got)
+	}
+	if len(res.Commands) == 0 {
+		// Not claimed at write: due at once, for the dispatchers.
+		if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 3 {
+			t.Fatalf("no command handed out, and %d claimable at once: want 3", len(cs))
+		}
+		return
+	}
+	by := map[string]store.ClaimedCommand{}
+	for _, c := range res.Commands {
+		by[c.OrderID] = c
+	}
+	c := by["w1"]
+	if len(res.Commands) != 3 || c.ID != ordersvc.CommandID("w1", o.CancelAfter) || c.Attempts != 1 || c.Status != order.TaskPending ||
+		!c.ClaimedAt.Equal(clk.Now()) || !c.Since.Equal(clk.Now()) || c.Failures != 0 {
+		t.Fatalf("handed out %d commands, w1's %+v (claimed at %v): want 3, w1's command at attempt 1 claimed now (%v)", len(res.Commands), c, c.ClaimedAt, clk.Now())
+	}
+	if c.Order.ID != "w1" || c.Order.Status != order.Cancelling || c.Order.AmountCents != 1000 || c.Order.Currency != "EUR" ||
+		!c.Order.ExpiresAt.Equal(o.ExpiresAt) || c.Order.Payments == nil {
+		t.Fatalf("w1's body %+v, want the CANCELLING order with its (empty) attempts", c.Order)
+	}
+	if cs := claimCommands(t, s, 10, time.Minute); len(cs) != 0 {
+		t.Fatalf("a dispatcher claimed %d commands the cancel holds", len(cs))
+	}
+	// The holder answers two; the third's holder dies.
+	paying := answer(by["w-paying"], ordersvc.Paying)
+	paying.RetryIn = time.Second
+	sr := settleCommands(t, s, answer(c, ordersvc.Cancelled), paying)
+	if len(sr.Cancelled) != 1 || sr.Cancelled[0].ID != "w1" || !slices.Equal(sr.Paying, []string{"w-paying"}) {
+		t.Fatalf("settle of the handed-out commands: %+v, want w1 cancelled, w-paying PAYING", sr)
+	}
+	clk.Advance(time.Minute)
+	cs := claimCommands(t, s, 10, time.Minute)
+	if len(cs) != 2 {
+		t.Fatalf("after the lease: claimed %d, want w2's (its holder died) and w-paying's (asked again)", len(cs))
+	}
+	for _, x := range cs {
+		if x.Attempts != 2 {
+			t.Fatalf("claimed %s at attempt %d, want 2", x.OrderID, x.Attempts)
+		}
+	}
+	if late := settleCommands(t, s, answer(by["w2"], ordersvc.Cancelled)); len(late.Cancelled) != 0 {
+		t.Fatalf("the dead holder's late answer settled: %+v", late)
+	}
+	// w-paying, PAYING, cancelled again once its trade is confirmed closed:
+	// its command exists (the same order and deadline) and is not handed out.
+	again := commandDueClaimed(t, s, time.Minute, true, "w-paying")
+	if got := cancelledIDs(again); !slices.Equal(got, []string{"w-paying"}) || len(again.Commands) != 0 {
+		t.Fatalf("w-paying confirmed: commanded %v, handed out %+v; want it commanded, its existing command not handed out", got, again.Commands)
+	}
+}
+
+// RequireClaimAtWrite fails t unless s writes the commands of a cancel
+// claimed for the caller when asked (CancelDueParams.CommandLease): the
+// drivers that can (PostgreSQL, SQLite) say so in their own tests.
+func RequireClaimAtWrite(t *testing.T, s store.Store) {
+	t.Helper()
+	id := fmt.Sprintf("claim-at-write-%d", time.Now().UnixNano())
+	res, err := s.CreateOrder(context.Background(), store.CreateOrderParams{ID: id, AmountCents: 1, Currency: "EUR", Timeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := commandDueClaimed(t, s, time.Minute, false, id)
+		if len(r.Cancelled) == 1 {
+			if len(r.Commands) != 1 || r.Commands[0].OrderID != id || r.Commands[0].Attempts != 1 {
+				t.Fatalf("the cancel of %s handed out %+v: want its command, claimed", id, r.Commands)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (cancel_after %v) never came due", id, res.Order.CancelAfter)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
