@@ -55,6 +55,10 @@ type Options struct {
 	SampleEvery time.Duration
 	// CountCap bounds every count of the overview (store.OverviewParams).
 	CountCap int64
+	// RefreshEvery is how often an open overview fetches its counts,
+	// charts, health and audit again (unless paused in the browser).
+	// Defaults to 5 seconds.
+	RefreshEvery time.Duration
 	// Now is the clock for sessions. Defaults to time.Now.
 	Now func() time.Time
 	// AuthThrottle limits wrong tokens at the login per remote address
@@ -104,6 +108,9 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	if opts.SampleEvery <= 0 {
 		opts.SampleEvery = 15 * time.Second
 	}
+	if opts.RefreshEvery <= 0 {
+		opts.RefreshEvery = 5 * time.Second
+	}
 	if opts.CountCap <= 0 {
 		opts.CountCap = store.DefaultCountCap
 	}
@@ -142,6 +149,7 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /{$}", h.overview)
 	page("GET /ui/{$}", h.overview)
 	page("POST /ui/audit", h.runAudit)
+	page("GET /ui/search", h.search)
 	page("GET /ui/orders", h.orders)
 	page("GET /ui/orders/{id}", h.order)
 	page("GET /ui/orders/{id}/{action}", h.confirm)
@@ -348,6 +356,23 @@ func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
 	var buf strings.Builder
 	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
 		return fmt.Errorf("web: render %s: %w", name, err)
+	}
+	_, err := w.Write([]byte(buf.String()))
+	return err
+}
+
+// renderFragment renders a page's content alone, without the layout: the
+// part of the overview app.js swaps in.
+func (h *Handler) renderFragment(w http.ResponseWriter, name string, data any) error {
+	t, ok := h.pages[name]
+	if !ok {
+		return fmt.Errorf("web: no page %q", name)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	var buf strings.Builder
+	if err := t.ExecuteTemplate(&buf, "content", data); err != nil {
+		return fmt.Errorf("web: render %s's content: %w", name, err)
 	}
 	_, err := w.Write([]byte(buf.String()))
 	return err
