@@ -402,7 +402,7 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 		p.Status = ""
 	}
 	if p.PastDeadline && !p.RefundRequired && p.Status != "" && p.Status != order.Pending && p.Status != order.Paying {
-		problems = append(problems, "only a PENDING or PAYING order has a deadline ahead of it: past deadline finds no "+string(p.Status)+" order")
+		problems = append(problems, "only a PENDING or PAYING order can be past its deadline: past deadline finds no "+string(p.Status)+" order")
 	}
 	for _, f := range []struct {
 		val  string

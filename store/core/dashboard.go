@@ -133,7 +133,7 @@ func (s *Store) findPastDeadline(ctx context.Context, status order.Status, after
 	statuses := []order.Status{order.Pending, order.Paying}
 	if status != "" {
 		if !slices.Contains(statuses, status) {
-			return store.ListOrdersResult{}, nil // only an open order has a deadline ahead of it
+			return store.ListOrdersResult{}, nil // only an open order can be past its deadline
 		}
 		statuses = []order.Status{status}
 	}
