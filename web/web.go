@@ -5,7 +5,9 @@
 // Pages are rendered on the server with html/template (everything escaped);
 // the charts are uPlot, vendored under static/vendor with its licence, and
 // one script file of ours; nothing is fetched from anywhere else, and the
-// Content-Security-Policy says so (no inline script or style). Every count
+// Content-Security-Policy says so (no inline script or style). The overview
+// refreshes itself by fetching its own content again (?fragment=live,
+// rendered here like the page) and swapping in its live parts. Every count
 // is a store.Dashboard read bounded by an index range (docs/dashboard.md says
 // what each costs).
 //
@@ -347,23 +349,18 @@ var flashes = map[string]string{
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
-	t, ok := h.pages[name]
-	if !ok {
-		return fmt.Errorf("web: no page %q", name)
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	var buf strings.Builder
-	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
-		return fmt.Errorf("web: render %s: %w", name, err)
-	}
-	_, err := w.Write([]byte(buf.String()))
-	return err
+	return h.execute(w, name, "layout", data)
 }
 
 // renderFragment renders a page's content alone, without the layout: the
 // part of the overview app.js swaps in.
 func (h *Handler) renderFragment(w http.ResponseWriter, name string, data any) error {
+	return h.execute(w, name, "content", data)
+}
+
+// execute renders the template part of page name, whole before a byte is
+// written, so a template error is a clean 500.
+func (h *Handler) execute(w http.ResponseWriter, name, part string, data any) error {
 	t, ok := h.pages[name]
 	if !ok {
 		return fmt.Errorf("web: no page %q", name)
@@ -371,8 +368,8 @@ func (h *Handler) renderFragment(w http.ResponseWriter, name string, data any) e
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	var buf strings.Builder
-	if err := t.ExecuteTemplate(&buf, "content", data); err != nil {
-		return fmt.Errorf("web: render %s's content: %w", name, err)
+	if err := t.ExecuteTemplate(&buf, part, data); err != nil {
+		return fmt.Errorf("web: render %s (%s): %w", name, part, err)
 	}
 	_, err := w.Write([]byte(buf.String()))
 	return err
