@@ -73,6 +73,13 @@ type FindOrdersParams struct {
 	// RefundRequired lists only orders flagged refund_required, in id order
 	// (the partial index of flagged orders); the other filters are ignored.
 	RefundRequired bool
-	Limit          int    // defaults to 50
-	Cursor         string // from the previous page's NextCursor
+	// PastDeadline lists only the open orders (PENDING and PAYING, or the
+	// one of them Status names) whose cancel_after has passed at the
+	// store's clock, the most overdue first by (cancel_after, id): ranges
+	// of the (status, cancel_after) index, as many entries as there are such
+	// orders. IDPrefix and the time range are ignored; RefundRequired wins
+	// over it. A Status other than PENDING or PAYING finds nothing.
+	PastDeadline bool
+	Limit        int    // defaults to 50
+	Cursor       string // from the previous page's NextCursor
 }

@@ -94,7 +94,9 @@ func serve(t *testing.T, ctx context.Context, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
-func newFixture(t *testing.T, ctx context.Context) *fixture {
+// newFixture serves a fresh service's dashboard twice, open and behind the
+// token; tune changes the dashboards' options.
+func newFixture(t *testing.T, ctx context.Context, tune ...func(*web.Options)) *fixture {
 	t.Helper()
 	f := &fixture{}
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -131,7 +133,11 @@ func newFixture(t *testing.T, ctx context.Context) *fixture {
 	t.Cleanup(func() { stop(); <-done })
 
 	for _, tok := range []string{"", token} {
-		dash, err := web.New(svc, web.Options{APIToken: tok, Logger: logger, SampleEvery: 100 * time.Millisecond})
+		opts := web.Options{APIToken: tok, Logger: logger, SampleEvery: 100 * time.Millisecond}
+		for _, f := range tune {
+			f(&opts)
+		}
+		dash, err := web.New(svc, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

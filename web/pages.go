@@ -18,6 +18,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/money"
 	"github.com/lapsehq/lapse/internal/plaintext"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -37,9 +38,9 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"money": func(cents int64, currency string) string {
-		return fmt.Sprintf("%d.%02d %s", cents/100, cents%100, currency)
-	},
+	// money is every amount the dashboard prints (internal/money):
+	// "10.37 USD", "1,299 JPY", "1.234 BHD".
+	"money": money.Format,
 	"items": func(items []order.Item) string {
 		parts := make([]string, len(items))
 		for i, it := range items {
@@ -182,7 +183,14 @@ type overviewView struct {
 	ChartData    string
 	LatenessNote string
 	Now          time.Time
+	// RefreshMS is how often app.js fetches the overview's live fragment
+	// (Options.RefreshEvery).
+	RefreshMS int64
 }
+
+// liveFragment is the query value that asks the overview for its live
+// parts only (the content, without the layout): what app.js refreshes.
+const liveFragment = "live"
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) error {
 	ctx := r.Context()
@@ -191,7 +199,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 	if err != nil {
 		return err
 	}
-	v := overviewView{base: h.base(r, s, "Overview"), Now: ov.Now}
+	v := overviewView{base: h.base(r, s, "Overview"), Now: ov.Now, RefreshMS: h.opts.RefreshEvery.Milliseconds()}
 	for _, status := range []order.Status{order.Pending, order.Paying, order.Cancelling, order.Paid, order.Cancelled} {
 		n := ov.ByStatus[status]
 		if status == order.Cancelling && n == 0 && !v.Commanded {
@@ -200,7 +208,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 		v.Counts = append(v.Counts, statusCount{Status: string(status), N: n, Capped: n >= ov.CountCap, Link: "/ui/orders?status=" + string(status)})
 	}
 	v.Stuck = append(v.Stuck,
-		statusCount{Status: "PAYING past deadline", N: ov.Stuck, Link: "/ui/orders?status=PAYING"},
+		statusCount{Status: "PAYING past deadline", N: ov.Stuck, Link: "/ui/orders?status=PAYING&past_deadline=1"},
 		statusCount{Status: "refund_required", N: ov.RefundRequired, Capped: ov.RefundRequired >= ov.CountCap, Link: "/ui/orders?refund=1"})
 	obs, err := st.OutboxStats(ctx)
 	if err != nil {
@@ -236,6 +244,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s session) er
 		return err
 	}
 	v.ChartData = data
+	if r.URL.Query().Get("fragment") == liveFragment {
+		return h.renderFragment(w, "overview", v)
+	}
 	return h.render(w, "overview", v)
 }
 
@@ -367,6 +378,7 @@ type ordersView struct {
 	Status, Prefix          string
 	From, To                string
 	Refund                  bool
+	PastDeadline            bool
 	Statuses                []string
 	Next                    string
 	Problem                 string
@@ -378,12 +390,19 @@ const formTime = "2006-01-02T15:04"
 func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) error {
 	q := r.URL.Query()
 	v := ordersView{base: h.base(r, s, "Orders"), Status: q.Get("status"), Prefix: q.Get("prefix"), From: q.Get("from"), To: q.Get("to"),
-		Refund: q.Get("refund") == "1", Statuses: []string{"", "PENDING", "PAYING", "PAID", "CANCELLED"}}
-	p := store.FindOrdersParams{Status: order.Status(v.Status), IDPrefix: v.Prefix, RefundRequired: v.Refund, Limit: 50, Cursor: q.Get("cursor")}
+		Refund: q.Get("refund") == "1", PastDeadline: q.Get("past_deadline") == "1", Statuses: []string{"", "PENDING", "PAYING", "PAID", "CANCELLED"}}
+	if v.Commanded {
+		v.Statuses = slices.Insert(v.Statuses, 3, "CANCELLING")
+	}
+	p := store.FindOrdersParams{Status: order.Status(v.Status), IDPrefix: v.Prefix, RefundRequired: v.Refund, PastDeadline: v.PastDeadline,
+		Limit: 50, Cursor: q.Get("cursor")}
 	var problems []string
 	if p.Status != "" && !p.Status.Valid() {
 		problems = append(problems, "unknown status")
 		p.Status = ""
+	}
+	if p.PastDeadline && !p.RefundRequired && p.Status != "" && p.Status != order.Pending && p.Status != order.Paying {
+		problems = append(problems, "only a PENDING or PAYING order can be past its deadline: past deadline finds no "+string(p.Status)+" order")
 	}
 	for _, f := range []struct {
 		val  string
@@ -418,7 +437,7 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 	v.Orders = res.Orders
 	if res.NextCursor != "" {
 		nq := url.Values{}
-		for _, k := range []string{"status", "prefix", "from", "to", "refund"} {
+		for _, k := range orderFilters {
 			if val := q.Get(k); val != "" {
 				nq.Set(k, val)
 			}
@@ -427,6 +446,44 @@ func (h *Handler) orders(w http.ResponseWriter, r *http.Request, s session) erro
 		v.Next = "/ui/orders?" + nq.Encode()
 	}
 	return h.render(w, "orders", v)
+}
+
+// orderFilters are the orders page's query parameters, kept in its next
+// page's link.
+var orderFilters = []string{"status", "prefix", "from", "to", "refund", "past_deadline"}
+
+// ---- search
+
+// search goes to the order the box names: an order of that id, else the
+// order whose payment attempt has that payment id (store.OrderOfPayment,
+// the lapse_payments payment_id index), its attempt marked on the page.
+func (h *Handler) search(w http.ResponseWriter, r *http.Request, s session) error {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" {
+		http.Redirect(w, r, "/ui/orders", http.StatusSeeOther)
+		return nil
+	}
+	o, err := h.loadOrder(r.Context(), q)
+	switch {
+	case err == nil:
+		http.Redirect(w, r, "/ui/orders/"+url.PathEscape(o.ID), http.StatusSeeOther)
+		return nil
+	case !errors.Is(err, errNotFound):
+		return err
+	}
+	id, err := h.svc.Store().OrderOfPayment(r.Context(), q)
+	switch {
+	case err == nil:
+		http.Redirect(w, r, "/ui/orders/"+url.PathEscape(id)+"?payment="+url.QueryEscape(q), http.StatusSeeOther)
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		h.fail(w, r, s, http.StatusNotFound, "No order and no payment attempt has the id "+strconv.Quote(q)+".")
+		return nil
+	case errors.Is(err, store.ErrInvalid):
+		h.fail(w, r, s, http.StatusConflict, "Several orders have a payment attempt "+strconv.Quote(q)+": "+err.Error())
+		return nil
+	}
+	return err
 }
 
 // ---- one order
@@ -438,7 +495,10 @@ type timelineEntry struct {
 
 type orderView struct {
 	base
-	Order      order.Order
+	Order order.Order
+	// Payment is the payment id a search found the order by: its attempt
+	// is marked.
+	Payment    string
 	Timeline   []timelineEntry
 	CanCancel  bool
 	CanCheck   bool
@@ -467,7 +527,7 @@ func (h *Handler) order(w http.ResponseWriter, r *http.Request, s session) error
 	if err != nil {
 		return err
 	}
-	v := orderView{base: h.base(r, s, "Order"), Order: o, Timeline: timeline(o, evs),
+	v := orderView{base: h.base(r, s, "Order"), Order: o, Timeline: timeline(o, evs), Payment: r.URL.Query().Get("payment"),
 		CanCancel: o.Status == order.Pending, CanCheck: h.svc.HasGateway()}
 	v.Title = "Order " + o.ID
 	return h.render(w, "order", v)

@@ -124,6 +124,10 @@ func TestDashboardRefusesNULAndInvalidUTF8(t *testing.T) {
 						{"GET", "/ui/orders?from=" + bad, ""},
 						{"GET", "/ui/orders?to=" + bad, ""},
 						{"GET", "/ui/orders?refund=" + bad, ""},
+						{"GET", "/ui/orders?past_deadline=" + bad, ""},
+						{"GET", "/ui/search?q=" + bad, ""},
+						{"GET", "/ui/search?q=a" + bad + "b", ""},
+						{"GET", "/?fragment=" + bad, ""},
 						{"GET", "/ui/orders?cursor=" + bad, ""},
 						{"GET", "/ui/orders?cursor=" + cursor("a"+map[string]string{"%00": "\x00", "%ff": "\xff"}[bad]), ""},
 						{"GET", "/ui/orders?" + bad + "=1", ""},
@@ -156,13 +160,17 @@ func TestDashboardRefusesNULAndInvalidUTF8(t *testing.T) {
 					}
 				}
 				// The same pages with plain text still answer.
-				for _, p := range []string{"/ui/orders?prefix=a", "/ui/skus?after=a", "/ui/tasks?after=a", "/ui/events?after=1", "/ui/hook-failures"} {
+				for _, p := range []string{"/ui/orders?prefix=a", "/ui/orders?status=PAYING&past_deadline=1", "/ui/orders?past_deadline=1&refund=1",
+					"/?fragment=live", "/ui/skus?after=a", "/ui/tasks?after=a", "/ui/events?after=1", "/ui/hook-failures"} {
 					if status, body := b.do(t, "GET", p, ""); status != http.StatusOK {
 						t.Errorf("GET %s: %d:\n%.300s", p, status, body)
 					}
 				}
 				if status, _ := b.do(t, "GET", "/ui/orders/nope", ""); status != http.StatusNotFound {
 					t.Errorf("GET /ui/orders/nope: %d, want 404", status)
+				}
+				if status, _ := b.do(t, "GET", "/ui/search?q=nope", ""); status != http.StatusNotFound {
+					t.Errorf("GET /ui/search?q=nope: %d, want 404", status)
 				}
 			})
 		}

@@ -5,7 +5,9 @@
 // Pages are rendered on the server with html/template (everything escaped);
 // the charts are uPlot, vendored under static/vendor with its licence, and
 // one script file of ours; nothing is fetched from anywhere else, and the
-// Content-Security-Policy says so (no inline script or style). Every count
+// Content-Security-Policy says so (no inline script or style). The overview
+// refreshes itself by fetching its own content again (?fragment=live,
+// rendered here like the page) and swapping in its live parts. Every count
 // is a store.Dashboard read bounded by an index range (docs/dashboard.md says
 // what each costs).
 //
@@ -55,6 +57,10 @@ type Options struct {
 	SampleEvery time.Duration
 	// CountCap bounds every count of the overview (store.OverviewParams).
 	CountCap int64
+	// RefreshEvery is how often an open overview fetches its counts,
+	// charts, health and audit again (unless paused in the browser).
+	// Defaults to 5 seconds.
+	RefreshEvery time.Duration
 	// Now is the clock for sessions. Defaults to time.Now.
 	Now func() time.Time
 	// AuthThrottle limits wrong tokens at the login per remote address
@@ -104,6 +110,9 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	if opts.SampleEvery <= 0 {
 		opts.SampleEvery = 15 * time.Second
 	}
+	if opts.RefreshEvery <= 0 {
+		opts.RefreshEvery = 5 * time.Second
+	}
 	if opts.CountCap <= 0 {
 		opts.CountCap = store.DefaultCountCap
 	}
@@ -142,6 +151,7 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /{$}", h.overview)
 	page("GET /ui/{$}", h.overview)
 	page("POST /ui/audit", h.runAudit)
+	page("GET /ui/search", h.search)
 	page("GET /ui/orders", h.orders)
 	page("GET /ui/orders/{id}", h.order)
 	page("GET /ui/orders/{id}/{action}", h.confirm)
@@ -339,6 +349,18 @@ var flashes = map[string]string{
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
+	return h.execute(w, name, "layout", data)
+}
+
+// renderFragment renders a page's content alone, without the layout: the
+// part of the overview app.js swaps in.
+func (h *Handler) renderFragment(w http.ResponseWriter, name string, data any) error {
+	return h.execute(w, name, "content", data)
+}
+
+// execute renders the template part of page name, whole before a byte is
+// written, so a template error is a clean 500.
+func (h *Handler) execute(w http.ResponseWriter, name, part string, data any) error {
 	t, ok := h.pages[name]
 	if !ok {
 		return fmt.Errorf("web: no page %q", name)
@@ -346,8 +368,8 @@ func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	var buf strings.Builder
-	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
-		return fmt.Errorf("web: render %s: %w", name, err)
+	if err := t.ExecuteTemplate(&buf, part, data); err != nil {
+		return fmt.Errorf("web: render %s (%s): %w", name, part, err)
 	}
 	_, err := w.Write([]byte(buf.String()))
 	return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse/client"
+	"github.com/lapsehq/lapse/internal/money"
 	"github.com/lapsehq/lapse/order"
 )
 
@@ -265,7 +267,7 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 		for _, p := range o.Payments {
 			amt := "-"
 			if p.AmountCents != 0 {
-				amt = strconv.FormatInt(p.AmountCents, 10)
+				amt = money.Format(p.AmountCents, cell(cmp.Or(p.Currency, o.Currency)))
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(p.PaymentID), cell(string(p.Status)), amt, order.FormatTime(p.CreatedAt), order.FormatTime(p.UpdatedAt))
 		}
@@ -287,9 +289,10 @@ func writeOrder(w io.Writer, o order.Order, asJSON bool) error {
 	return nil
 }
 
-// amount is an order's amount in its currency's minor unit: "1999 USD".
+// amount is an order's amount as the dashboard shows it: "19.99 USD",
+// "1,299 JPY" (money.Format).
 func amount(o order.Order) string {
-	return strconv.FormatInt(o.AmountCents, 10) + " " + cell(o.Currency)
+	return money.Format(o.AmountCents, cell(o.Currency))
 }
 
 // items is "tee×2, cap×1".

@@ -46,7 +46,7 @@ func TestOrdersCommands(t *testing.T) {
 	}
 
 	out := run(withToken, 0, "orders", "get", "o2")
-	for _, want := range []string{"id                o2\n", "status            PAYING\n", "amount            1999 USD\n", "items             tee×2\n",
+	for _, want := range []string{"id                o2\n", "status            PAYING\n", "amount            19.99 USD\n", "items             tee×2\n",
 		"payment_id        pi_o2\n", "payments:\n", "  PAYMENT ID  STATUS", "  pi_o2       PENDING"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("orders get o2: no %q in:\n%s", want, out)
@@ -60,7 +60,7 @@ func TestOrdersCommands(t *testing.T) {
 
 	out = run(withToken, 0, "orders", "list", "--limit", "2")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID  STATUS   AMOUNT    ITEMS  CREATED") || !strings.HasPrefix(lines[1], "o3  PENDING  1999 USD") ||
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID  STATUS   AMOUNT     ITEMS  CREATED") || !strings.HasPrefix(lines[1], "o3  PENDING  19.99 USD") ||
 		!strings.HasPrefix(lines[2], "o2  PAYING ") || !strings.HasPrefix(lines[3], "more: run again with --cursor ") {
 		t.Fatalf("orders list --limit 2:\n%s", out)
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +104,12 @@ func (s *Store) FindOrders(ctx context.Context, p store.FindOrdersParams) (store
 		}
 		return idPage(os, limit), nil
 	}
+	if p.PastDeadline {
+		if p.Cursor == "" {
+			cursorAt = timeFloor
+		}
+		return s.findPastDeadline(ctx, p.Status, cursorAt, cursorID, limit)
+	}
 	if p.IDPrefix != "" {
 		a.Prefix, a.PrefixEnd, a.AfterID = p.IDPrefix, prefixEnd(p.IDPrefix), cursorID
 		if os, err = s.d.FindOrdersByPrefix(ctx, a); err != nil {
@@ -117,6 +124,44 @@ func (s *Store) FindOrders(ctx context.Context, p store.FindOrdersParams) (store
 		return store.ListOrdersResult{}, fmt.Errorf("find orders: %w", err)
 	}
 	return store.Page(os, limit), nil
+}
+
+// findPastDeadline pages the open orders whose deadline has passed: one
+// range of the (status, cancel_after) index per open status, merged in
+// (cancel_after, id) order; the cursor holds the last one's pair.
+func (s *Store) findPastDeadline(ctx context.Context, status order.Status, afterAt time.Time, afterID string, limit int) (store.ListOrdersResult, error) {
+	statuses := []order.Status{order.Pending, order.Paying}
+	if status != "" {
+		if !slices.Contains(statuses, status) {
+			return store.ListOrdersResult{}, nil // only an open order can be past its deadline
+		}
+		statuses = []order.Status{status}
+	}
+	now, err := s.nowOn(ctx, s.d)
+	if err != nil {
+		return store.ListOrdersResult{}, fmt.Errorf("find orders past their deadline: %w", err)
+	}
+	var os []order.Order
+	for _, st := range statuses {
+		got, err := s.d.FindPastDeadline(ctx, PastDeadlineArgs{Status: st, Now: now, AfterCancel: afterAt, AfterID: afterID, Limit: limit + 1})
+		if err != nil {
+			return store.ListOrdersResult{}, fmt.Errorf("find %s orders past their deadline: %w", st, err)
+		}
+		os = append(os, got...)
+	}
+	slices.SortFunc(os, func(a, b order.Order) int {
+		if c := a.CancelAfter.Compare(b.CancelAfter); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	res := store.ListOrdersResult{Orders: os}
+	if len(os) > limit {
+		res.Orders = os[:limit]
+		last := os[limit-1]
+		res.NextCursor = store.EncodeCursor(last.CancelAfter, last.ID)
+	}
+	return res, nil
 }
 
 // idPage cuts limit+1 orders in id order into a page; its cursor holds the

@@ -184,6 +184,10 @@ type DashboardExecutor interface {
 	// RefundOrders reads up to limit orders flagged refund_required with
 	// id > afterID, in id order.
 	RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error)
+	// FindPastDeadline reads up to a.Limit orders of a.Status with
+	// cancel_after < a.Now and (cancel_after, id) > (a.AfterCancel,
+	// a.AfterID), in (cancel_after, id) order, ids in byte order.
+	FindPastDeadline(ctx context.Context, a PastDeadlineArgs) ([]order.Order, error)
 	// OrderEvents reads the outbox events of one order, in seq order.
 	OrderEvents(ctx context.Context, orderID string) ([]order.Event, error)
 	// ListSKUs reads up to limit SKUs with sku > after, in byte order.
@@ -201,6 +205,16 @@ type FindArgs struct {
 	// Prefix, PrefixEnd and AfterID are FindOrdersByPrefix's.
 	Prefix, PrefixEnd, AfterID string
 	Limit                      int
+}
+
+// PastDeadlineArgs selects orders for DashboardExecutor.FindPastDeadline.
+type PastDeadlineArgs struct {
+	Status order.Status
+	Now    time.Time
+	// AfterCancel and AfterID are the cursor: the page starts after them.
+	AfterCancel time.Time
+	AfterID     string
+	Limit       int
 }
 
 // TaskExecutor runs the statements of the stock tasks (store.Tasks). Tasks

@@ -75,6 +75,12 @@ func (e executor) FindOrdersByPrefix(ctx context.Context, a core.FindArgs) ([]or
 		status, status, a.From, a.BeforeCreated, a.Limit)
 }
 
+// FindPastDeadline implements core.Executor.
+func (e executor) FindPastDeadline(ctx context.Context, a core.PastDeadlineArgs) ([]order.Order, error) {
+	return e.queryOrders(ctx, q.Get("find_past_deadline"), string(a.Status), a.Now, a.AfterCancel,
+		a.AfterCancel, a.AfterCancel, a.AfterID, a.Limit)
+}
+
 // RefundOrders implements core.Executor.
 func (e executor) RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error) {
 	return e.queryOrders(ctx, q.Get("refund_orders"), afterID, limit)

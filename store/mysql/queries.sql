@@ -763,6 +763,23 @@ FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_
 LEFT JOIN lapse_order_items i ON i.order_id = o.id
 ORDER BY o.id, i.sku;
 
+-- name: find_past_deadline
+-- Params: status, now, the cursor (cancel_after twice, then cancel_after
+-- and id), the page size: a range of (status, cancel_after) before now,
+-- from the cursor (ids utf8mb4_bin: byte order).
+SELECT o.id, o.status, o.amount_cents, o.currency, o.created_at, o.expires_at, o.cancel_after, o.paid_at,
+       o.cancelled_at, o.cancel_reason, o.payment_id, o.refund_required, o.payment_attempts, o.version, o.reservation_id,
+       i.sku, i.qty
+FROM (SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+             cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+      FROM lapse_orders
+      WHERE status = ? AND cancel_after < ? AND cancel_after >= ?
+        AND (cancel_after > ? OR (cancel_after = ? AND id > ?))
+      ORDER BY cancel_after, id
+      LIMIT ?) o
+LEFT JOIN lapse_order_items i ON i.order_id = o.id
+ORDER BY o.cancel_after, o.id, i.sku;
+
 -- name: order_events
 -- Param: order id (the outbox_order index).
 SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox

@@ -73,6 +73,11 @@ func (e executor) FindOrdersByPrefix(ctx context.Context, a core.FindArgs) ([]or
 	return e.orders(ctx, "find_orders_by_prefix", a.Prefix, a.PrefixEnd, a.AfterID, string(a.Status), a.From, a.BeforeCreated, a.Limit)
 }
 
+// FindPastDeadline implements core.Executor.
+func (e executor) FindPastDeadline(ctx context.Context, a core.PastDeadlineArgs) ([]order.Order, error) {
+	return e.orders(ctx, "find_past_deadline", string(a.Status), a.Now, a.AfterCancel, a.AfterID, a.Limit)
+}
+
 // RefundOrders implements core.Executor.
 func (e executor) RefundOrders(ctx context.Context, afterID string, limit int) ([]order.Order, error) {
 	return e.orders(ctx, "refund_orders", afterID, limit)

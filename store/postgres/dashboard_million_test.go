@@ -105,6 +105,8 @@ func TestDashboardMillion(t *testing.T) {
 		{"find_orders status PAYING", "find_orders", []any{"PAYING", floor, ceiling, "", 51}},
 		{"find_orders_by_prefix o-00500", "find_orders_by_prefix", []any{"o-00500", end, "", "", floor, ceiling, 51}},
 		{"refund_orders (first page)", "refund_orders", []any{"", 51}},
+		{"find_past_deadline PAYING (first page)", "find_past_deadline", []any{"PAYING", now, floor, "", 51}},
+		{"find_past_deadline PENDING (first page)", "find_past_deadline", []any{"PENDING", now, floor, "", 51}},
 		{"order_events", "order_events", []any{"o-00999999"}},
 		{"list_skus", "list_skus", []any{"", 101}},
 	}

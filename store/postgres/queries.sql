@@ -944,6 +944,22 @@ WHERE refund_required AND id > $1::text
 ORDER BY id
 LIMIT $2;
 
+-- name: find_past_deadline
+-- $1 status, $2 now, ($3, $4) the cursor (cancel_after, id), $5 the page
+-- size. A range of lapse_orders_status_cancel_after: the orders of one open
+-- status whose deadline has passed, from the cursor, stopping after $5 rows
+-- (PENDING ones past their deadline are the timers' lag, PAYING ones the
+-- stuck payments: a handful, whatever the table's size). Ids compare in
+-- byte order (COLLATE "C") under any database collation, as the core
+-- merges the two statuses' pages.
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM lapse_orders
+WHERE status = $1::text AND cancel_after < $2::timestamptz AND cancel_after >= $3::timestamptz
+  AND (cancel_after > $3::timestamptz OR id COLLATE "C" > $4::text COLLATE "C")
+ORDER BY cancel_after, id COLLATE "C"
+LIMIT $5;
+
 -- name: order_events
 -- One order's events still in the outbox: the lapse_outbox_order index.
 SELECT seq, event_id::text, type, order_id, payload::text, created_at FROM lapse_outbox

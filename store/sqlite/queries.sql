@@ -544,6 +544,16 @@ WHERE refund_required <> 0 AND id > ?1
 ORDER BY id
 LIMIT ?2;
 
+-- name: find_past_deadline
+-- ?1 status, ?2 now, (?3, ?4) the cursor (cancel_after, id), ?5 the page
+-- size: the range of (status, cancel_after) before now, from the cursor.
+SELECT id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+       cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id
+FROM lapse_orders
+WHERE status = ?1 AND cancel_after < ?2 AND cancel_after >= ?3 AND (cancel_after, id) > (?3, ?4)
+ORDER BY cancel_after, id
+LIMIT ?5;
+
 -- name: order_events
 SELECT seq, event_id, type, order_id, payload, created_at FROM lapse_outbox
 WHERE order_id = ?1 ORDER BY seq;

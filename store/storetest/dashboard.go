@@ -152,3 +152,66 @@ func testDashboard(t *testing.T, newStore Factory) {
 		t.Fatalf("skus page 2: %+v %v", skus, err)
 	}
 }
+
+// testFindPastDeadline checks the finder's past-deadline filter: the
+// PENDING and PAYING orders whose cancel_after has passed at the store's
+// clock, the most overdue first, paged, narrowed by a status.
+func testFindPastDeadline(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 100, "a")
+	// Created a second apart: their deadlines are a second apart, f-00's first.
+	for i := range 5 {
+		Create(t, s, fmt.Sprintf("f-%02d", i), "a")
+		clk.Advance(time.Second)
+	}
+	into(t, s, "f-01", order.Paying)
+	into(t, s, "f-02", order.Paid)
+	into(t, s, "f-03", order.Cancelled)
+	find := func(p store.FindOrdersParams) []string {
+		t.Helper()
+		var ids []string
+		for pages := 0; ; pages++ {
+			if pages > 20 {
+				t.Fatal("pages do not end")
+			}
+			res, err := s.FindOrders(ctx, p)
+			if err != nil {
+				t.Fatalf("find %+v: %v", p, err)
+			}
+			for _, o := range res.Orders {
+				if len(o.Items) != 1 {
+					t.Fatalf("%s found without its items", o.ID)
+				}
+				ids = append(ids, o.ID)
+			}
+			if res.NextCursor == "" {
+				return ids
+			}
+			p.Cursor = res.NextCursor
+		}
+	}
+	wantIDs := func(name string, got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	wantIDs("before any deadline", find(store.FindOrdersParams{PastDeadline: true}))
+	// Past the first three deadlines (f-00's, f-01's and f-02's), before f-03's.
+	clk.Set(get(t, s, "f-02").CancelAfter.Add(time.Millisecond))
+	if ca := get(t, s, "f-01").CancelAfter; !ca.Before(clk.Now()) {
+		t.Fatalf("f-01's cancel_after %v is not past %v", ca, clk.Now())
+	}
+	wantIDs("past deadline", find(store.FindOrdersParams{PastDeadline: true}), "f-00", "f-01")
+	Create(t, s, "f-05", "a") // its deadline ahead
+	clk.Advance(timeout + grace + time.Minute)
+	// f-04 and f-05 PENDING, f-01 PAYING, all past; f-02 PAID and f-03
+	// CANCELLED are not open any more.
+	wantIDs("past deadline, one a page", find(store.FindOrdersParams{PastDeadline: true, Limit: 1}), "f-00", "f-01", "f-04", "f-05")
+	wantIDs("past deadline, two a page", find(store.FindOrdersParams{PastDeadline: true, Limit: 2}), "f-00", "f-01", "f-04", "f-05")
+	wantIDs("past deadline, PAYING", find(store.FindOrdersParams{PastDeadline: true, Status: order.Paying}), "f-01")
+	wantIDs("past deadline, PENDING", find(store.FindOrdersParams{PastDeadline: true, Status: order.Pending, Limit: 1}), "f-00", "f-04", "f-05")
+	wantIDs("past deadline, PAID", find(store.FindOrdersParams{PastDeadline: true, Status: order.Paid}))
+}

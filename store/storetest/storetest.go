@@ -66,6 +66,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("pending deadlines page in due order", func(t *testing.T) { testPendingDeadlines(t, newStore) })
 	t.Run("stuck payments are counted and audited as warnings", func(t *testing.T) { testStuck(t, newStore) })
 	t.Run("the dashboard's counts, series and finder", func(t *testing.T) { testDashboard(t, newStore) })
+	t.Run("the finder's past-deadline filter lists open orders most overdue first", func(t *testing.T) { testFindPastDeadline(t, newStore) })
 	t.Run("set stock adjusts the total", func(t *testing.T) { testSetStock(t, newStore) })
 	t.Run("concurrent pay, callback, buyer cancel and timeout at the deadline", func(t *testing.T) { testRace(t, newStore) })
 	t.Run("items given out of SKU order are answered, announced and read in one order", func(t *testing.T) { testItemsOutOfOrder(t, newStore) })
