@@ -500,18 +500,20 @@ func TestAMQPReceiverRestartsMidRun(t *testing.T) {
 	checkEveryOrderCancelledOnce(t, shop, <-done, duringIDs)
 }
 
-// The broker restarts mid-run: lapse's and the receiver's connections are
-// lost with commands waiting in the queue, commands in the receiver's hands
-// (held there by a gate) and answers on their way, and so is lapse's
-// non-durable reply queue. Both sides reconnect, lapse declares its reply
-// queue again, the held commands are applied and redelivered, and every
-// command is answered, none applied twice; Send works again.
+// The broker restarts mid-run — a RabbitMQ node of the test's own, its
+// process SIGKILLed and started again on its data: lapse's and the
+// receiver's connections are lost with commands waiting in the queue,
+// commands in the receiver's hands (held there by a gate) and answers on
+// their way, and so is lapse's non-durable reply queue. Both sides
+// reconnect, lapse declares its reply queue again, the held commands are
+// applied and redelivered, and every command is answered, none applied
+// twice; Send works again.
 func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	shop := newMemShop()
 	prefix := amqpPrefix(t)
-	url := rabbittest.URL(t)
-	proxy := rabbittest.NewProxy(t, url)
-	brokerURL := proxy.RestartableURL(t)
+	rabbittest.URL(t) // skipped with the other RabbitMQ tests
+	node := rabbittest.StartNode(t)
+	brokerURL := node.URL
 	opts := []ordersvc.AMQPOption{ordersvc.AMQPPrefix(prefix), ordersvc.AMQPSecrets(secretOld), ordersvc.AMQPPrefetch(8)}
 	r := startReceiver(t, brokerURL, shop, opts...)
 	c := dialClient(t, brokerURL, append(opts, ordersvc.AMQPTimeout(2*time.Second))...)
@@ -531,7 +533,7 @@ func TestAMQPBrokerRestartMidRun(t *testing.T) {
 	// in the queue.
 	rabbittest.Eventually(t, 30*time.Second, func() bool { return shop.calls.Load() >= applied+8 },
 		func() string { return "the receiver never took the commands" })
-	rabbittest.RestartBroker(t, proxy, c.ReplyQueue())
+	t.Logf("broker restarted in %s", node.Restart(t))
 	shop.mu.Lock()
 	close(gate)
 	shop.gate = nil

@@ -42,6 +42,7 @@ import (
 	"github.com/lapsehq/lapse/internal/rabbit/rabbittest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/ordersvc/ordersvctest"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 const e2eOrderServiceSecret = "whsec_ZTJlLW9yZGVyLXNlcnZpY2Utc2VjcmV0LWZvci1sYXBzZQ=="
@@ -419,23 +420,22 @@ func TestOrderServiceAMQPReceiverProcess(t *testing.T) {
 
 // The same over RabbitMQ: lapse publishes its commands to the broker, and
 // the receiver (ordersvc.ServeAMQP in a process of its own, on its own
-// SQLite database) consumes the command queue and replies. Both reach the
-// broker through a rabbittest.Proxy, so that the broker can restart mid-run
-// (rabbittest.RestartBroker: every connection cut, the non-durable reply
-// queues lost; with LAPSE_TEST_AMQP_RESTART, a real restart) while the
-// other tests keep the machine's broker. Faults, in order: the receiver
-// killed with commands in its hands and more waiting in the queue, then
-// failing applies (requeued) and answers lost after the commit (requeued,
-// answered from the stored answer); lapse SIGKILLed after the receiver
-// applied a command, before its answer; the broker restarting while
+// SQLite database) consumes the command queue and replies. The broker is a
+// node of this test's own (rabbittest.StartNode), so that it can really
+// restart mid-run — its process SIGKILLed and started again on its data:
+// every connection cut, the durable command queue and its persistent
+// messages recovered, the non-durable reply queues lost — while the other
+// tests keep the machine's broker. Faults, in order: the receiver killed
+// with commands in its hands and more waiting in the queue, then failing
+// applies (requeued) and answers lost after the commit (requeued, answered
+// from the stored answer); lapse SIGKILLed after the receiver applied a
+// command, before its answer; the broker killed and restarted while
 // deadlines keep falling due.
 func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 	n := envInt(t, "LAPSE_E2E_ORDERSVC_AMQP_ORDERS", 600)
-	broker := rabbittest.URL(t)
-	proxy := rabbittest.NewProxy(t, broker)
+	node := rabbittest.StartNode(t)
 	prefix := rabbittest.Name("orders")
-	rabbittest.DeleteAtEnd(t, []string{prefix}, []string{prefix + ".commands"})
-	u, err := url.Parse(proxy.RestartableURL(t))
+	u, err := url.Parse(node.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,23 +447,27 @@ func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 		URL:     orderService, Secrets: []string{e2eOrderServiceSecret},
 		Env: []string{"SEED=25", "PAYING_RETRY_AFTER=1", "DROP_ANSWER_RATE=0.1"},
 	})
-	// Every command lapse publishes, seen on the broker (straight, not
-	// through the proxy): their reply_to names lapse's reply queues, which
-	// a restart loses.
-	admin := rabbittest.Admin(t)
-	published := rabbittest.Record(t, admin, rabbittest.Queue(t, admin, nil, prefix, "order.*"))
-	replyQueues := func() []string {
-		seen := map[string]bool{}
-		var qs []string
-		for _, d := range published.Deliveries() {
-			if !seen[d.ReplyTo] {
-				seen[d.ReplyTo] = true
-				qs = append(qs, d.ReplyTo)
+	// Every command lapse publishes, seen on the broker by a queue of the
+	// test's own (lost with the restart: a second one records after it).
+	record := func() *rabbittest.Recorder {
+		admin := rabbittest.AdminAt(t, node.URL)
+		var q string
+		rabbittest.Eventually(t, 30*time.Second, func() bool {
+			ch, err := admin.Channel()
+			if err != nil {
+				return false
 			}
-		}
-		return qs
+			defer ch.Close()
+			// The exchange is lapse's: bind once it has declared it.
+			if err := ch.ExchangeDeclarePassive(prefix, "topic", true, false, false, false, nil); err != nil {
+				return false
+			}
+			q = rabbittest.Queue(t, admin, nil, prefix, "order.*")
+			return true
+		}, func() string { return "lapse's exchange " + prefix + " never appeared on the broker" })
+		return rabbittest.Record(t, admin, q)
 	}
-	t.Cleanup(func() { rabbittest.DeleteAtEnd(t, nil, replyQueues()) })
+	published := []*rabbittest.Recorder{record()}
 
 	// Commands expire in the queue after 3 s unanswered, and lapse sends
 	// them again; a batch whose lapse died goes again after 5 s.
@@ -482,8 +486,9 @@ func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 		}},
 		{24 * time.Second, func(e *ordersvcE2E) {
 			restartedAt = time.Now()
-			rabbittest.RestartBroker(t, proxy, replyQueues()...)
-			t.Logf("broker restarted at %s (down %s)", restartedAt.Sub(e.start).Round(time.Millisecond), time.Since(restartedAt).Round(time.Millisecond))
+			took := node.Restart(t)
+			t.Logf("broker killed at %s, taking connections again %s later", restartedAt.Sub(e.start).Round(time.Millisecond), took.Round(time.Millisecond))
+			published = append(published, record())
 			// Settled: every order due before the restart has its final
 			// answer, or paying (the shop's to decide).
 			for due := 1; due > 0; time.Sleep(200 * time.Millisecond) {
@@ -515,7 +520,11 @@ func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 	}
 	// On the broker too, every command of one order carried one id.
 	ids := map[string]map[string]bool{}
-	for _, d := range published.Deliveries() {
+	var deliveries []amqp.Delivery
+	for _, r := range published {
+		deliveries = append(deliveries, r.Deliveries()...)
+	}
+	for _, d := range deliveries {
 		var c struct {
 			OrderID string `json:"order_id"`
 		}
@@ -532,6 +541,6 @@ func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 			t.Errorf("%s: published with %d message ids, want one", id, len(set))
 		}
 	}
-	t.Logf("%d orders, %d commands published (%d reply queues), %d deliveries after the broker restart",
-		n, len(published.Deliveries()), len(replyQueues()), after)
+	t.Logf("%d orders, %d commands published (%d after the restart), %d deliveries after the broker restart",
+		n, len(deliveries), len(published[1].Deliveries()), after)
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -31,12 +30,6 @@ const Env = "LAPSE_TEST_AMQP"
 
 // DefaultURL is the broker when Env is unset.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
-
-// RestartEnv names a shell command that restarts the broker of Env, e.g.
-// `rabbitmqctl -n NODE stop_app && rabbitmqctl -n NODE start_app`, for
-// RestartBroker to run instead of faking the restart: only for a broker of
-// the test's own, never one other tests share.
-const RestartEnv = "LAPSE_TEST_AMQP_RESTART"
 
 // URL returns the broker's URL, or skips t when Env is set empty.
 func URL(t testing.TB) string {
@@ -55,7 +48,13 @@ func URL(t testing.TB) string {
 // for declaring, inspecting and recording, apart from the code under test.
 func Admin(t testing.TB) *amqp.Connection {
 	t.Helper()
-	conn, err := amqp.Dial(URL(t))
+	return AdminAt(t, URL(t))
+}
+
+// AdminAt is Admin on the broker at url (a Node's).
+func AdminAt(t testing.TB, url string) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatalf("connect to RabbitMQ (%s; start it with rabbitmq-server -detached): %v", Env, err)
 	}
@@ -291,62 +290,6 @@ func (p *Proxy) Fast(t testing.TB) {
 	if err := p.proxy().Toxics.RemoveToxic(context.Background(), "latency"); err != nil {
 		t.Fatalf("unslow proxy: %v", err)
 	}
-}
-
-// RestartableURL is the URL the clients of a test that restarts the broker
-// (RestartBroker) connect to: the proxy's, or the broker's own when
-// RestartEnv restarts it for real.
-func (p *Proxy) RestartableURL(t testing.TB) string {
-	t.Helper()
-	if os.Getenv(RestartEnv) != "" {
-		return URL(t)
-	}
-	return p.URL
-}
-
-// RestartBroker restarts the broker, or what its clients see of a restart.
-// By default, every connection through p is cut, the non-durable queues a
-// restart loses (lost: the clients' reply queues, say) are deleted once
-// the broker has seen their consumers go, and p listens again: the
-// machine's broker, which other tests share, keeps running. With
-// RestartEnv set, its command runs instead, and lost is ignored (the
-// broker loses them itself).
-func RestartBroker(t testing.TB, p *Proxy, lost ...string) {
-	t.Helper()
-	if cmd := os.Getenv(RestartEnv); cmd != "" {
-		out, err := exec.Command("sh", "-c", cmd).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", RestartEnv, err, out)
-		}
-		return
-	}
-	p.Cut()
-	conn, err := amqp.Dial(URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, q := range lost {
-		// Deleted once the broker saw the cut: during the outage.
-		Eventually(t, 10*time.Second, func() bool {
-			ch, err := conn.Channel()
-			if err != nil {
-				return false
-			}
-			defer ch.Close()
-			q, err := ch.QueueDeclarePassive(q, false, false, false, false, amqp.Table{})
-			return err == nil && q.Consumers == 0
-		}, func() string { return "the cut connections' consumers never went away from " + q })
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Fatalf("delete %s: %v", q, err)
-		}
-		_ = ch.Close()
-	}
-	p.Restore(t)
 }
 
 // DeleteAtEnd deletes exchanges and queues when t ends, on a connection
