@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/payment/stripe"
@@ -132,5 +133,32 @@ func TestRefundRefusals(t *testing.T) {
 	}
 	if _, err := g.Refund(ctx, refundOf("pi_failed", 1299)); !errors.Is(err, payment.ErrRefundFailed) {
 		t.Fatalf("the failed refund sent again: %v, want ErrRefundFailed", err)
+	}
+}
+
+// The create failing — a 500, no answer — is an error, never a refund; sent
+// again once Stripe is back, it is one refund.
+func TestRefundCreateFailing(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	fs.Set(stripetest.PaymentIntent{ID: "pi_r3", Status: "succeeded", Amount: 1299, AmountReceived: 1299})
+	g := newGateway(t, fs.URL, stripe.Config{Timeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	fs.Fail("POST /v1/refunds", 500)
+	if res, err := g.Refund(ctx, refundOf("pi_r3", 1299)); err == nil {
+		t.Fatalf("a refund answered 500: %+v", res)
+	}
+	fs.Fail("POST /v1/refunds", 0)
+	if res, err := g.Refund(ctx, refundOf("pi_r3", 1299)); err != nil || res.State != payment.RefundSucceeded {
+		t.Fatalf("the refund sent again: %+v, %v", res, err)
+	}
+	fs.Set(stripetest.PaymentIntent{ID: "pi_r4", Status: "succeeded", Amount: 1299, AmountReceived: 1299})
+	fs.Hang("POST /v1/refunds")
+	start := time.Now()
+	if res, err := g.Refund(ctx, refundOf("pi_r4", 1299)); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("a refund left unanswered: %+v, %v after %s", res, err, time.Since(start))
+	}
+	if n, m := len(fs.Refunds("pi_r3")), len(fs.Refunds("pi_r4")); n != 1 || m != 0 {
+		t.Fatalf("refunds: %d of pi_r3, %d of pi_r4; want 1 and 0", n, m)
 	}
 }

@@ -15,6 +15,7 @@ package stripetest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -249,6 +250,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	switch {
 	case hang || outage == OutageHang:
+		// The body read, the server notices the client leaving (a POST's
+		// unread body would keep the connection, and Close, waiting).
+		_, _ = io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 		return
 	case outage == OutageServerError:
