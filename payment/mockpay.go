@@ -59,7 +59,7 @@ type MockConfig struct {
 	// each further one. Defaults to 200 ms.
 	CallbackBackoff time.Duration
 	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
-	// the protocol's routes (query, close, pay); the /_… test routes stay
+	// the protocol's routes (query, close, refund, pay); the /_… test routes stay
 	// open. Defaults to none.
 	AuthToken string
 	// HTTPClient sends the callbacks. Defaults to a client with a 5 s timeout.
