@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -246,7 +247,7 @@ func (g *HTTPGateway) query(ctx context.Context, orderID, paymentID string) (Sta
 		return Status{}, errors.New("payment: query: empty order id")
 	}
 	var st Status
-	err := g.do(ctx, http.MethodGet, g.attemptURL(orderID, "", paymentID), func(code int, body []byte) (verdict, error) {
+	err := g.do(ctx, request{method: http.MethodGet, url: g.attemptURL(orderID, "", paymentID)}, func(code int, body []byte) (verdict, error) {
 		switch {
 		case code == http.StatusOK:
 			var err error
@@ -331,7 +332,7 @@ func (g *HTTPGateway) close(ctx context.Context, orderID, paymentID string) erro
 	if orderID == "" {
 		return errors.New("payment: close: empty order id")
 	}
-	err := g.do(ctx, http.MethodPost, g.attemptURL(orderID, "/close", paymentID), func(code int, body []byte) (verdict, error) {
+	err := g.do(ctx, request{method: http.MethodPost, url: g.attemptURL(orderID, "/close", paymentID)}, func(code int, body []byte) (verdict, error) {
 		var b closeBody
 		jsonErr := json.Unmarshal(body, &b)
 		switch {
@@ -378,11 +379,18 @@ var (
 	errAbandoned = errors.New("call abandoned by the caller")
 )
 
+// request is one request of the protocol.
+type request struct {
+	method, url string
+	body        []byte // JSON; nil for none
+	key         string // sent as Idempotency-Key when set
+}
+
 // do sends one request with retries; interpret turns an answer into a verdict
 // and the call's error.
-func (g *HTTPGateway) do(ctx context.Context, method, u string, interpret func(code int, body []byte) (verdict, error)) error {
+func (g *HTTPGateway) do(ctx context.Context, rq request, interpret func(code int, body []byte) (verdict, error)) error {
 	for attempt := 0; ; attempt++ {
-		v, err := g.attempt(ctx, method, u, interpret)
+		v, err := g.attempt(ctx, rq, interpret)
 		if v != transient {
 			return err
 		}
@@ -416,7 +424,7 @@ func (g *HTTPGateway) backoff(attempt int) time.Duration {
 	return d/2 + rand.N(d-d/2)
 }
 
-func (g *HTTPGateway) attempt(ctx context.Context, method, u string, interpret func(code int, body []byte) (verdict, error)) (verdict, error) {
+func (g *HTTPGateway) attempt(ctx context.Context, rq request, interpret func(code int, body []byte) (verdict, error)) (verdict, error) {
 	if err := ctx.Err(); err != nil {
 		return abandoned, context.Cause(ctx)
 	}
@@ -428,7 +436,7 @@ func (g *HTTPGateway) attempt(ctx context.Context, method, u string, interpret f
 			return refused, fmt.Errorf("%w (%v)", ErrCircuitOpen, err)
 		}
 	}
-	v, err := g.send(ctx, method, u, interpret)
+	v, err := g.send(ctx, rq, interpret)
 	switch v {
 	case transient, broken:
 		done(errFailed)
@@ -440,12 +448,22 @@ func (g *HTTPGateway) attempt(ctx context.Context, method, u string, interpret f
 	return v, err
 }
 
-func (g *HTTPGateway) send(ctx context.Context, method, u string, interpret func(code int, body []byte) (verdict, error)) (verdict, error) {
+func (g *HTTPGateway) send(ctx context.Context, rq request, interpret func(code int, body []byte) (verdict, error)) (verdict, error) {
 	actx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, method, u, nil)
+	var rd io.Reader
+	if rq.body != nil {
+		rd = bytes.NewReader(rq.body)
+	}
+	req, err := http.NewRequestWithContext(actx, rq.method, rq.url, rd)
 	if err != nil {
 		return answered, err
+	}
+	if rq.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if rq.key != "" {
+		req.Header.Set("Idempotency-Key", rq.key)
 	}
 	for k, vs := range g.cfg.Header {
 		for _, v := range vs {

@@ -56,6 +56,16 @@ func (f *mockFake) Set(orderID, paymentID string, st gatewaytest.Trade, amountCe
 	}
 }
 
+func (f *mockFake) Refunds(orderID, paymentID string) int {
+	n := 0
+	for _, rf := range f.mock.Refunds(orderID) {
+		if rf.PaymentID == paymentID {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *mockFake) Fail(fault gatewaytest.Fault) {
 	f.mu.Lock()
 	f.fault = fault

@@ -48,6 +48,9 @@ type MockConfig struct {
 	FailQueries bool
 	// FailCloses answers every close with 503. Defaults to false.
 	FailCloses bool
+	// FailRefunds answers the next FailRefunds refunds with 500, refunding
+	// nothing (a gateway down while lapse refunds). Defaults to 0.
+	FailRefunds int64
 	// CallbackAttempts is how many times a callback is sent before the mock
 	// gives up on it (on a connection error or any non-2xx answer).
 	// Defaults to 4.
@@ -56,7 +59,7 @@ type MockConfig struct {
 	// each further one. Defaults to 200 ms.
 	CallbackBackoff time.Duration
 	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
-	// the protocol's routes (query, close, pay); the /_… test routes stay
+	// the protocol's routes (query, close, refund, pay); the /_… test routes stay
 	// open. Defaults to none.
 	AuthToken string
 	// HTTPClient sends the callbacks. Defaults to a client with a 5 s timeout.
@@ -93,6 +96,8 @@ type MockControl struct {
 	FailQueries     bool  `json:"fail_queries"`
 	FailCloses      bool  `json:"fail_closes"`
 	SilentPaid      bool  `json:"silent_paid"`
+	// FailRefunds is how many of the next refunds are answered 500.
+	FailRefunds int64 `json:"fail_refunds"`
 }
 
 // MockStats counts what the mock was asked and did (GET /_stats, or
@@ -101,6 +106,7 @@ type MockStats struct {
 	Queries            int64 `json:"queries"`             // GET /payments/{id}, failed ones included
 	Closes             int64 `json:"closes"`              // POST /payments/{id}/close, failed ones included
 	Pays               int64 `json:"pays"`                // POST /payments/{id}/pay
+	Refunds            int64 `json:"refunds"`             // POST /payments/{id}/refund, failed and repeated ones included
 	CallbacksSent      int64 `json:"callbacks_sent"`      // delivery attempts (HTTP requests to lapse)
 	CallbacksDelivered int64 `json:"callbacks_delivered"` // callbacks lapse answered with a 2xx
 	CallbacksFailed    int64 `json:"callbacks_failed"`    // callbacks given up after CallbackAttempts
@@ -114,6 +120,17 @@ type MockTrade struct {
 	Status      State  `json:"status"`
 	AmountCents int64  `json:"amount_cents"`
 	PaymentID   string `json:"payment_id"`
+}
+
+// MockRefund is a refund the mock made (GET /_refunds): one per refund_key.
+type MockRefund struct {
+	RefundID    string `json:"refund_id"`
+	RefundKey   string `json:"refund_key"`
+	OrderID     string `json:"order_id"`
+	PaymentID   string `json:"payment_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Currency    string `json:"currency,omitempty"`
+	Reason      string `json:"reason,omitempty"`
 }
 
 // Pay outcomes, as the buyer's POST /payments/{id}/pay names them.
@@ -137,15 +154,19 @@ var ErrTradeClosed = errors.New("payment: mock: trade closed")
 //	     {"order_id","payment_id","status","amount_cents"} to lapse, retried
 //	     with backoff.
 //	GET  /_control, POST /_control {"callback_delay_ms","drop_callbacks",
-//	     "fail_queries","fail_closes","silent_paid"}   the switches
+//	     "fail_queries","fail_closes","silent_paid","fail_refunds"}   the switches
 //	GET  /_stats[?order_id=…]   request counters (MockStats)
+//	GET  /_refunds[?order_id=…] the refunds made (MockRefund), in order
 //	GET  /_statement            every trade as a reconciliation statement:
 //	     CSV order_id,payment_id,status,amount_cents with a header line
 //	GET  /healthz
 //
 // A query of an order the mock never saw answers 404 {"order_id", "status":
 // "NOT_PAID"}. A close of such an order records it CLOSED, so a later payment
-// is refused, as a real gateway's close must. It is safe for concurrent use.
+// is refused, as a real gateway's close must. A refund (the protocol's
+// refund route) gives back the whole of the payment that paid the trade —
+// the mock refunds no part of one — once per refund_key, and once per
+// payment. It is safe for concurrent use.
 // Close it to stop its pending callbacks.
 type Mock struct {
 	cfg    MockConfig
@@ -158,7 +179,10 @@ type Mock struct {
 	total  MockStats
 	per    map[string]*MockStats
 	seq    int64
-	closed bool // no callback goroutine starts once set
+	// refunds are the refunds made, in order; byKey indexes them.
+	refunds []*MockRefund
+	byKey   map[string]*MockRefund
+	closed  bool // no callback goroutine starts once set
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -176,14 +200,19 @@ func NewMock(cfg MockConfig) *Mock {
 		ctl: MockControl{
 			CallbackDelayMS: cfg.CallbackDelay.Milliseconds(), DropCallbacks: cfg.DropCallbacks,
 			FailQueries: cfg.FailQueries, FailCloses: cfg.FailCloses, SilentPaid: cfg.SilentPaid,
+			FailRefunds: max(cfg.FailRefunds, 0),
 		},
-		trades: map[string]*MockTrade{}, per: map[string]*MockStats{},
+		trades: map[string]*MockTrade{}, per: map[string]*MockStats{}, byKey: map[string]*MockRefund{},
 		ctx: ctx, cancel: cancel,
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /payments/{order_id}", m.authed(m.serveQuery))
 	mux.Handle("POST /payments/{order_id}/close", m.authed(m.serveClose))
 	mux.Handle("POST /payments/{order_id}/pay", m.authed(m.servePay))
+	mux.Handle("POST /payments/{order_id}/refund", m.authed(m.serveRefund))
+	mux.HandleFunc("GET /_refunds", func(w http.ResponseWriter, r *http.Request) {
+		writeMockJSON(w, http.StatusOK, m.Refunds(r.URL.Query().Get("order_id")))
+	})
 	mux.HandleFunc("GET /_control", func(w http.ResponseWriter, r *http.Request) { writeMockJSON(w, http.StatusOK, m.Control()) })
 	mux.HandleFunc("POST /_control", m.serveSetControl)
 	mux.HandleFunc("GET /_stats", func(w http.ResponseWriter, r *http.Request) {
@@ -576,11 +605,12 @@ func (m *Mock) serveSetControl(w http.ResponseWriter, r *http.Request) {
 		FailQueries     *bool  `json:"fail_queries"`
 		FailCloses      *bool  `json:"fail_closes"`
 		SilentPaid      *bool  `json:"silent_paid"`
+		FailRefunds     *int64 `json:"fail_refunds"`
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil || (b.CallbackDelayMS != nil && *b.CallbackDelayMS < 0) {
-		writeMockJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("want a subset of %s with callback_delay_ms >= 0", `{"callback_delay_ms","drop_callbacks","fail_queries","fail_closes","silent_paid"}`)})
+	if err := dec.Decode(&b); err != nil || (b.CallbackDelayMS != nil && *b.CallbackDelayMS < 0) || (b.FailRefunds != nil && *b.FailRefunds < 0) {
+		writeMockJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("want a subset of %s with callback_delay_ms and fail_refunds >= 0", `{"callback_delay_ms","drop_callbacks","fail_queries","fail_closes","silent_paid","fail_refunds"}`)})
 		return
 	}
 	m.mu.Lock()
@@ -596,9 +626,90 @@ func (m *Mock) serveSetControl(w http.ResponseWriter, r *http.Request) {
 	set(&m.ctl.FailQueries, b.FailQueries)
 	set(&m.ctl.FailCloses, b.FailCloses)
 	set(&m.ctl.SilentPaid, b.SilentPaid)
+	if b.FailRefunds != nil {
+		m.ctl.FailRefunds = *b.FailRefunds
+	}
 	ctl := m.ctl
 	m.mu.Unlock()
 	writeMockJSON(w, http.StatusOK, ctl)
+}
+
+// Refunds returns the refunds the mock made, in order: of one order, or of
+// every order when orderID is "".
+func (m *Mock) Refunds(orderID string) []MockRefund {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []MockRefund{}
+	for _, rf := range m.refunds {
+		if orderID == "" || rf.OrderID == orderID {
+			out = append(out, *rf)
+		}
+	}
+	return out
+}
+
+// serveRefund is the protocol's refund route (HTTPGateway.Refund).
+func (m *Mock) serveRefund(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("order_id")
+	var b refundBody
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil || b.PaymentID == "" || b.AmountCents <= 0 || b.RefundKey == "" {
+		writeMockJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"payment_id", "amount_cents" > 0, "refund_key", "currency"?, "reason"?}`})
+		return
+	}
+	if k := r.Header.Get("Idempotency-Key"); k != "" && k != b.RefundKey {
+		writeMockJSON(w, http.StatusBadRequest, map[string]string{"error": "Idempotency-Key and refund_key differ"})
+		return
+	}
+	status, answer := m.refund(id, b)
+	writeMockJSON(w, status, answer)
+}
+
+// refund applies one refund request and returns the answer to send.
+func (m *Mock) refund(orderID string, b refundBody) (int, any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.count(orderID, func(s *MockStats) { s.Refunds++ })
+	if m.ctl.FailRefunds > 0 {
+		m.ctl.FailRefunds--
+		return http.StatusInternalServerError, map[string]string{"error": "refunds are failing (fail_refunds)"}
+	}
+	refusal := func(status int, reason string) (int, any) {
+		return status, map[string]string{"error": reason, "order_id": orderID, "payment_id": b.PaymentID}
+	}
+	if rf := m.byKey[b.RefundKey]; rf != nil {
+		if rf.OrderID != orderID || rf.PaymentID != b.PaymentID || rf.AmountCents != b.AmountCents {
+			return refusal(http.StatusConflict, refusalKeyReused)
+		}
+		return http.StatusOK, mockRefundAnswer(rf)
+	}
+	t := m.trades[orderID]
+	switch {
+	case t == nil || t.PaymentID != b.PaymentID:
+		return refusal(http.StatusNotFound, refusalUnknownPayment)
+	case t.Status != StatePaid:
+		return refusal(http.StatusConflict, refusalNotPaid)
+	}
+	for _, rf := range m.refunds {
+		if rf.OrderID == orderID && rf.PaymentID == b.PaymentID {
+			return refusal(http.StatusConflict, refusalAlreadyRefunded)
+		}
+	}
+	if b.AmountCents != t.AmountCents {
+		return refusal(http.StatusConflict, refusalPartial)
+	}
+	m.seq++
+	rf := &MockRefund{RefundID: m.prefix + "re_" + strconv.FormatInt(m.seq, 10), RefundKey: b.RefundKey, OrderID: orderID,
+		PaymentID: b.PaymentID, AmountCents: b.AmountCents, Currency: b.Currency, Reason: b.Reason}
+	m.refunds = append(m.refunds, rf)
+	m.byKey[rf.RefundKey] = rf
+	return http.StatusOK, mockRefundAnswer(rf)
+}
+
+func mockRefundAnswer(rf *MockRefund) map[string]any {
+	return map[string]any{"refund_id": rf.RefundID, "status": string(RefundSucceeded), "amount_cents": rf.AmountCents,
+		"currency": rf.Currency, "order_id": rf.OrderID, "payment_id": rf.PaymentID}
 }
 
 func writeMockJSON(w http.ResponseWriter, status int, v any) {

@@ -595,3 +595,69 @@ func TestAttemptsQueriedAndClosedOneByOne(t *testing.T) {
 	}
 	wantState(t, e.gw, "o", payment.Status{State: payment.StatePaid, PaymentID: "card-2", AmountCents: 900})
 }
+
+// The mock's refunds: fail_refunds answers the next refunds 500 and refunds
+// nothing; a refund sent again with its key is the same refund; GET
+// /_refunds lists one refund; the stats count every request.
+func TestMockRefunds(t *testing.T) {
+	t.Parallel()
+	m := payment.NewMock(payment.MockConfig{})
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { _ = m.Close() })
+	gw, err := payment.NewHTTPGateway(srv.URL, payment.HTTPConfig{Timeout: time.Second, Retries: -1, BreakerFailures: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pay("o-r", 990, payment.OutcomeSucceeded, "pay-r"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv.URL+"/_control", "application/json", bytes.NewReader([]byte(`{"fail_refunds": 2}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || m.Control().FailRefunds != 2 {
+		t.Fatalf("POST /_control fail_refunds: %d, control %+v", resp.StatusCode, m.Control())
+	}
+	ctx := context.Background()
+	r := payment.Refund{OrderID: "o-r", PaymentID: "pay-r", AmountCents: 990, Currency: "EUR", Key: payment.RefundKey("pay-r")}
+	for i := range 2 {
+		if res, err := gw.Refund(ctx, r); err == nil || errors.Is(err, payment.ErrNotRefundable) {
+			t.Fatalf("refund %d while fail_refunds: %+v, %v; want a plain error", i+1, res, err)
+		}
+	}
+	if n := len(m.Refunds("")); n != 0 {
+		t.Fatalf("%d refunds made while failing", n)
+	}
+	first, err := gw.Refund(ctx, r)
+	if err != nil || first.State != payment.RefundSucceeded || first.AmountCents != 990 || first.Currency != "EUR" {
+		t.Fatalf("refund after the failures: %+v, %v", first, err)
+	}
+	again, err := gw.Refund(ctx, r)
+	if err != nil || again != first {
+		t.Fatalf("the refund sent again: %+v, %v; want %+v", again, err, first)
+	}
+	// Another key for the same payment: its money is back already.
+	r2 := r
+	r2.Key = "another-key"
+	if _, err := gw.Refund(ctx, r2); !errors.Is(err, payment.ErrNotRefundable) {
+		t.Fatalf("a second refund of the payment under another key: %v, want ErrNotRefundable", err)
+	}
+	resp, err = http.Get(srv.URL + "/_refunds?order_id=o-r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var listed []payment.MockRefund
+	if err := json.NewDecoder(resp.Body).Decode(&listed); err != nil {
+		t.Fatal(err)
+	}
+	want := payment.MockRefund{RefundID: first.RefundID, RefundKey: r.Key, OrderID: "o-r", PaymentID: "pay-r", AmountCents: 990, Currency: "EUR"}
+	if len(listed) != 1 || listed[0] != want {
+		t.Fatalf("GET /_refunds: %+v, want [%+v]", listed, want)
+	}
+	if s := m.OrderStats("o-r"); s.Refunds != 5 {
+		t.Fatalf("stats: %d refunds, want 5 requests", s.Refunds)
+	}
+}

@@ -32,9 +32,9 @@ type mockpay struct {
 	url string
 }
 
-func startMockpay(t *testing.T, addr, callbackURL, secret string) *mockpay {
+func startMockpay(t *testing.T, addr, callbackURL, secret string, flags ...string) *mockpay {
 	t.Helper()
-	cmd := exec.Command(binary, "mockpay", "--listen", addr, "--callback-url", callbackURL, "--callback-secret", secret)
+	cmd := exec.Command(binary, append([]string{"mockpay", "--listen", addr, "--callback-url", callbackURL, "--callback-secret", secret}, flags...)...)
 	logs := &syncBuffer{}
 	cmd.Stderr, cmd.Stdout = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -305,6 +305,34 @@ func TestReconcileFindsPlantedMismatches(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// lapse mockpay --fail-refunds N answers the next N refunds 500 and refunds
+// nothing; then it refunds, once per refund_key, and lists the refund at
+// GET /_refunds. A negative N is a usage error.
+func TestMockpayFailsRefunds(t *testing.T) {
+	t.Parallel()
+	m := startMockpay(t, freePort(t), "http://127.0.0.1:1", "s", "--drop-callbacks", "--fail-refunds", "1")
+	m.post("/payments/o-1/pay", `{"amount_cents": 1299, "payment_id": "pay-1"}`, http.StatusOK)
+	refund := `{"payment_id": "pay-1", "amount_cents": 1299, "currency": "CNY", "refund_key": "lapse-refund-pay-1"}`
+	m.post("/payments/o-1/refund", refund, http.StatusInternalServerError)
+	first := m.post("/payments/o-1/refund", refund, http.StatusOK)
+	again := m.post("/payments/o-1/refund", refund, http.StatusOK)
+	if first["status"] != "SUCCEEDED" || first["refund_id"] == "" || again["refund_id"] != first["refund_id"] {
+		t.Fatalf("refunds: %v, then %v", first, again)
+	}
+	resp, err := http.Get(m.url + "/_refunds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var listed []map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&listed); err != nil || len(listed) != 1 || listed[0]["refund_id"] != first["refund_id"] {
+		t.Fatalf("GET /_refunds: %v, %v; want one refund", listed, err)
+	}
+	if out, code := lapseRun(t, 10*time.Second, nil, "mockpay", "--fail-refunds", "-1"); code != 2 || !strings.Contains(out, "--fail-refunds") {
+		t.Fatalf("mockpay --fail-refunds -1: exit %d:\n%s", code, out)
+	}
+}
 
 // lapse mockpay answers without authentication and signs callbacks with a
 // real secret: it listens on loopback only, unless --allow-public says so.

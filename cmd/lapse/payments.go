@@ -87,10 +87,15 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	silent := fs.Bool("silent-paid", false, "report paid when queried, but send no success callback")
 	failQueries := fs.Bool("fail-queries", false, "answer every query with 503")
 	failCloses := fs.Bool("fail-closes", false, "answer every close with 503")
+	failRefunds := fs.Int("fail-refunds", 0, "answer the next N refunds with 500, refunding nothing")
 	attempts := fs.Int("callback-attempts", 4, "deliveries of a callback before giving up")
 	token := fs.String("token", "", "bearer token required on the protocol's routes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *failRefunds < 0 {
+		fmt.Fprintf(stderr, "lapse mockpay: --fail-refunds %d: want 0 or more\n", *failRefunds)
+		return errUsage
 	}
 	// Its /_control route never takes a token, /payments/{id}/pay only with
 	// --token, and a payment it is told of becomes a callback signed with the
@@ -105,7 +110,7 @@ func runMockpay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	m := payment.NewMock(payment.MockConfig{
 		CallbackURL: *callbackURL, CallbackSecret: []byte(*secret), CallbackDelay: *delay, DropCallbacks: *drop,
-		SilentPaid: *silent, FailQueries: *failQueries, FailCloses: *failCloses, CallbackAttempts: *attempts,
+		SilentPaid: *silent, FailQueries: *failQueries, FailCloses: *failCloses, FailRefunds: int64(*failRefunds), CallbackAttempts: *attempts,
 		AuthToken: *token, Logger: logger,
 	})
 	defer m.Close()

@@ -283,11 +283,42 @@ const maxResponseBytes = 1 << 20
 // call sends one signed request of method about outTradeNo and returns its
 // verified response.
 func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeResponse, error) {
-	biz, err := json.Marshal(struct {
+	var r tradeResponse
+	err := g.invoke(ctx, method, struct {
 		OutTradeNo string `json:"out_trade_no"`
-	}{outTradeNo})
+	}{outTradeNo}, &r)
+	return r, err
+}
+
+// invoke sends one signed request of method with biz as its biz_content,
+// verifies the response's signature and decodes its <method>_response
+// object into resp, which must carry a code.
+func (g *Gateway) invoke(ctx context.Context, method string, biz, resp any) error {
+	raw, err := g.send(ctx, method, biz)
 	if err != nil {
-		return tradeResponse{}, err
+		return err
+	}
+	var c struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("%w: %s: malformed response object: %v", ErrBadResponse, method, err)
+	}
+	if c.Code == "" {
+		return fmt.Errorf("%w: %s: response without a code: %s", ErrBadResponse, method, payment.Snippet(raw))
+	}
+	if err := json.Unmarshal(raw, resp); err != nil {
+		return fmt.Errorf("%w: %s: malformed response object: %v", ErrBadResponse, method, err)
+	}
+	return nil
+}
+
+// send sends one signed request and returns the exact text of its verified
+// <method>_response object.
+func (g *Gateway) send(ctx context.Context, method string, bizContent any) ([]byte, error) {
+	biz, err := json.Marshal(bizContent)
+	if err != nil {
+		return nil, err
 	}
 	params := url.Values{
 		"app_id":      {g.cfg.AppID},
@@ -301,7 +332,7 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 	}
 	sig, err := Sign(g.cfg.PrivateKey, params)
 	if err != nil {
-		return tradeResponse{}, err
+		return nil, err
 	}
 	params.Set("sign", sig)
 
@@ -309,7 +340,7 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, strings.NewReader(params.Encode()))
 	if err != nil {
-		return tradeResponse{}, fmt.Errorf("%s: %w", method, err)
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded;charset=utf-8")
 	req.Header.Set("Accept", "application/json")
@@ -320,33 +351,22 @@ func (g *Gateway) call(ctx context.Context, method, outTradeNo string) (tradeRes
 		}
 		var badCert *tls.CertificateVerificationError
 		if errors.As(err, &badCert) {
-			return tradeResponse{}, fmt.Errorf("%s: Alipay's TLS certificate: %w", method, err)
+			return nil, fmt.Errorf("%s: Alipay's TLS certificate: %w", method, err)
 		}
-		return tradeResponse{}, fmt.Errorf("%s: %w", method, err)
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return tradeResponse{}, fmt.Errorf("%s: reading the answer (%d): %w", method, resp.StatusCode, err)
+		return nil, fmt.Errorf("%s: reading the answer (%d): %w", method, resp.StatusCode, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return tradeResponse{}, fmt.Errorf("%w: %s: HTTP %d: %s", ErrBadResponse, method, resp.StatusCode, payment.Snippet(body))
+		return nil, fmt.Errorf("%w: %s: HTTP %d: %s", ErrBadResponse, method, resp.StatusCode, payment.Snippet(body))
 	}
 	if len(body) > maxResponseBytes {
-		return tradeResponse{}, fmt.Errorf("%w: %s: answer over %d bytes", ErrBadResponse, method, maxResponseBytes)
+		return nil, fmt.Errorf("%w: %s: answer over %d bytes", ErrBadResponse, method, maxResponseBytes)
 	}
-	raw, err := g.verifyResponse(method, body)
-	if err != nil {
-		return tradeResponse{}, err
-	}
-	var r tradeResponse
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return tradeResponse{}, fmt.Errorf("%w: %s: malformed response object: %v", ErrBadResponse, method, err)
-	}
-	if r.Code == "" {
-		return tradeResponse{}, fmt.Errorf("%w: %s: response without a code: %s", ErrBadResponse, method, payment.Snippet(raw))
-	}
-	return r, nil
+	return g.verifyResponse(method, body)
 }
 
 // verifyResponse returns the exact text of the response's

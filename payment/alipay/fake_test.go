@@ -87,8 +87,10 @@ type trade struct {
 	currency string
 }
 
-// fakeAlipay plays Alipay's OpenAPI gateway for trade.query and
-// trade.close with the documented request and response shapes. It verifies
+// fakeAlipay plays Alipay's OpenAPI gateway for trade.query, trade.close,
+// trade.refund and trade.fastpay.refund.query with the documented request
+// and response shapes (one refund per out_request_no of a trade; a trade
+// refunded whole is TRADE_CLOSED). It verifies
 // every request's signature (a request that does not verify fails the test)
 // and signs its responses with Alipay's key.
 type fakeAlipay struct {
@@ -96,13 +98,16 @@ type fakeAlipay struct {
 	release chan struct{}
 
 	mu      sync.Mutex
-	trades  map[string]trade // by out_trade_no
+	trades  map[string]trade            // by out_trade_no
+	refunds map[string]map[string]int64 // out_trade_no → out_request_no → fen
 	fault   gatewaytest.Fault
 	methods map[string]int
+	biz     map[string]string // method → the last biz_content
 }
 
 func newFake(t *testing.T) (*fakeAlipay, string) {
-	f := &fakeAlipay{t: t, release: make(chan struct{}), trades: map[string]trade{}, methods: map[string]int{}}
+	f := &fakeAlipay{t: t, release: make(chan struct{}), trades: map[string]trade{}, methods: map[string]int{},
+		refunds: map[string]map[string]int64{}, biz: map[string]string{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(f.release) }) // runs first: hung requests end
@@ -171,6 +176,24 @@ func (f *fakeAlipay) calls(method string) int {
 	return f.methods[method]
 }
 
+// Refunds implements gatewaytest.RefundFake.
+func (f *fakeAlipay) Refunds(orderID, paymentID string) int {
+	no := paymentID
+	if no == "" {
+		no = orderID
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.refunds[no])
+}
+
+// lastBiz is the biz_content of the last request of method.
+func (f *fakeAlipay) lastBiz(method string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.biz[method]
+}
+
 func (f *fakeAlipay) Fail(fault gatewaytest.Fault) {
 	f.mu.Lock()
 	f.fault = fault
@@ -215,7 +238,10 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("fake Alipay: timestamp %q is not Beijing time now (%v)", v.Get("timestamp"), err)
 	}
 	var biz struct {
-		OutTradeNo string `json:"out_trade_no"`
+		OutTradeNo   string `json:"out_trade_no"`
+		RefundAmount string `json:"refund_amount"`
+		OutRequestNo string `json:"out_request_no"`
+		RefundReason string `json:"refund_reason"`
 	}
 	if err := json.Unmarshal([]byte(v.Get("biz_content")), &biz); err != nil || biz.OutTradeNo == "" {
 		f.t.Errorf("fake Alipay: biz_content %q: %v", v.Get("biz_content"), err)
@@ -224,6 +250,7 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	fault := f.fault
 	f.methods[method]++
+	f.biz[method] = v.Get("biz_content")
 	tr, ok := f.trades[biz.OutTradeNo]
 	var resp map[string]any
 	switch method {
@@ -253,6 +280,22 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default: // paid, finished or closed: documented as ACQ.TRADE_STATUS_ERROR
 			resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_STATUS_ERROR", "sub_msg": "交易状态不合法"}
 		}
+	case "alipay.trade.refund":
+		resp = f.refund(tr, ok, biz.OutTradeNo, biz.OutRequestNo, biz.RefundAmount, fault == gatewaytest.FaultNone)
+	case "alipay.trade.fastpay.refund.query":
+		if biz.OutRequestNo == "" {
+			f.t.Errorf("fake Alipay: refund query without out_request_no: %s", v.Get("biz_content"))
+		}
+		switch cents, found := f.refunds[biz.OutTradeNo][biz.OutRequestNo]; {
+		case !ok:
+			resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_NOT_EXIST", "sub_msg": "交易不存在"}
+		case !found: // documented: a refund not found is answered without its fields
+			resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo}
+		default:
+			resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo,
+				"out_request_no": biz.OutRequestNo, "refund_amount": alipay.FormatAmount(cents), "total_amount": alipay.FormatAmount(tr.cents),
+				"refund_status": "REFUND_SUCCESS"}
+		}
 	default:
 		f.t.Errorf("fake Alipay: method %q", method)
 		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "isv.invalid-method"}
@@ -275,6 +318,51 @@ func (f *fakeAlipay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.write(w, method, resp, keys().alipay)
 	}
+}
+
+// refund is alipay.trade.refund; call with f.mu held. It changes nothing
+// unless apply (the fake is failing the request).
+func (f *fakeAlipay) refund(tr trade, known bool, no, requestNo, amount string, apply bool) map[string]any {
+	cents, err := alipay.ParseAmount(amount)
+	if err != nil || cents <= 0 || requestNo == "" || len(requestNo) > 64 {
+		f.t.Errorf("fake Alipay: refund of %q: refund_amount %q, out_request_no %q", no, amount, requestNo)
+		return map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.INVALID_PARAMETER", "sub_msg": "参数无效"}
+	}
+	refunded := int64(0)
+	for _, c := range f.refunds[no] {
+		refunded += c
+	}
+	ok := func(change string) map[string]any {
+		return map[string]any{"code": "10000", "msg": "Success", "out_trade_no": no, "trade_no": "2026" + no, "buyer_logon_id": "159****5620",
+			"fund_change": change, "refund_fee": alipay.FormatAmount(refunded), "send_back_fee": amount}
+	}
+	fail := func(sub, msg string) map[string]any {
+		return map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": sub, "sub_msg": msg}
+	}
+	switch prev, again := f.refunds[no][requestNo]; {
+	case !known:
+		return fail("ACQ.TRADE_NOT_EXIST", "交易不存在")
+	case again && prev == cents:
+		return ok("N") // the same request again: no money moves
+	case again:
+		return fail("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
+	case tr.status != "TRADE_SUCCESS":
+		return fail("ACQ.TRADE_STATUS_ERROR", "交易状态不合法")
+	case refunded+cents > tr.cents:
+		return fail("ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
+	}
+	if !apply {
+		return ok("Y")
+	}
+	if f.refunds[no] == nil {
+		f.refunds[no] = map[string]int64{}
+	}
+	f.refunds[no][requestNo] = cents
+	refunded += cents
+	if refunded == tr.cents {
+		f.trades[no] = trade{"TRADE_CLOSED", tr.cents, tr.currency} // refunded whole
+	}
+	return ok("Y")
 }
 
 // write answers {"<method>_response": obj, "sign": …}, obj signed as the

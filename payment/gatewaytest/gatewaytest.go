@@ -15,6 +15,20 @@
 //     never NOT_PAID or CLOSED (either would let lapse cancel an order whose
 //     buyer may have paid).
 //
+// When the adapter is a payment.Refunder, its refunds are checked too (its
+// Fake must then be a RefundFake):
+//
+//   - a paid payment is refunded, and a refund sent again with the same key
+//     is the same refund: one refund at the gateway;
+//   - a refund of a payment the gateway does not know is an error wrapping
+//     payment.ErrUnknownPayment, never a success; of an unpaid one,
+//     payment.ErrNotRefundable;
+//   - a partial amount is refunded only by a gateway that declares it
+//     (Harness.PartialRefunds), and is payment.ErrPartialRefund otherwise,
+//     with nothing refunded;
+//   - a 5xx, a hang, garbage or a bad signature is an error, and the refund
+//     sent again with the same key once the gateway is back is one refund.
+//
 // It also has Lapse, a real lapse service on SQLite serving its HTTP API, for
 // the adapters' end-to-end tests of their notifications and of the gateway
 // check.
@@ -121,6 +135,16 @@ type Fake interface {
 	Fail(f Fault)
 }
 
+// RefundFake is a Fake that counts refunds, for an adapter that is a
+// payment.Refunder.
+type RefundFake interface {
+	Fake
+	// Refunds is how many refunds the gateway holds of one payment attempt
+	// (paymentID as Set names it): distinct refunds, each moving money —
+	// not requests.
+	Refunds(orderID, paymentID string) int
+}
+
 // Harness is what an adapter's test gives Run.
 type Harness struct {
 	// New returns an adapter pointed at a fresh Fake. The adapter's request
@@ -150,9 +174,16 @@ type Harness struct {
 	// it could cancel an order paid under the right one.
 	UnknownIsError bool
 	// PaymentID is the payment attempt the suite asks about in QueryAttempt
-	// and CloseAttempt; it must be an id the adapter accepts. Defaults to
-	// "pay-1".
+	// and CloseAttempt, and refunds; it must be an id the adapter accepts.
+	// Defaults to "pay-1".
 	PaymentID string
+	// PartialRefunds: the gateway refunds part of a payment (Stripe,
+	// Alipay, WeChat Pay). Without it a partial amount must be
+	// payment.ErrPartialRefund.
+	PartialRefunds bool
+	// Currency is the currency of the payments the Fake sets (what its
+	// gateway answers for them), given in each refund. Defaults to "CNY".
+	Currency string
 }
 
 // Run runs the conformance suite. Every subtest gets its own adapter and
@@ -170,8 +201,20 @@ func Run(t *testing.T, h Harness) {
 	if h.PaymentID == "" {
 		h.PaymentID = "pay-1"
 	}
-	probe, _ := h.New(t)
+	if h.Currency == "" {
+		h.Currency = "CNY"
+	}
+	probe, probeFake := h.New(t)
 	_, attempts := probe.(payment.AttemptGateway)
+	if _, ok := probe.(payment.Refunder); ok {
+		if _, ok := probeFake.(RefundFake); !ok {
+			t.Fatalf("gatewaytest: %T is a payment.Refunder, but its Fake %T is not a RefundFake", probe, probeFake)
+		}
+		t.Run("refund", func(t *testing.T) {
+			t.Parallel()
+			h.refunds(t)
+		})
+	}
 	if h.AttemptsOnly && !attempts {
 		t.Fatalf("gatewaytest: Harness.AttemptsOnly, but %T is not a payment.AttemptGateway", probe)
 	}

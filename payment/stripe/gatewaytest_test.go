@@ -27,6 +27,8 @@ func TestGatewayConformance(t *testing.T) {
 		AttemptsOnly:   true,
 		UnknownIsError: true,
 		PaymentID:      "pi_suite1",
+		PartialRefunds: true,
+		Currency:       "USD", // stripetest's PaymentIntents are in usd
 	})
 }
 
@@ -56,6 +58,8 @@ func (f *fakeStripe) Set(orderID, paymentID string, st gatewaytest.Trade, cents 
 	}
 	f.Server.Set(pi)
 }
+
+func (f *fakeStripe) Refunds(_, paymentID string) int { return len(f.Server.Refunds(paymentID)) }
 
 func (f *fakeStripe) Fail(fault gatewaytest.Fault) {
 	f.SetOutage(map[gatewaytest.Fault]stripetest.Outage{

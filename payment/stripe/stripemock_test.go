@@ -133,3 +133,17 @@ func TestStripeMockRefusalShowsNoKey(t *testing.T) {
 		t.Fatalf("the key in an error: %v", err)
 	}
 }
+
+// The refund's requests — the list of a PaymentIntent's refunds, the
+// create with payment_intent, amount, metadata and an Idempotency-Key —
+// pass stripe-mock's validation, and its refund fixture (100 usd,
+// succeeded) reads as a refund.
+func TestRefundWireFormatAgainstStripeMock(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, stripeMockURL, stripe.Config{Key: "sk_test_123"})
+	res, err := g.FindOrCreateRefund(context.Background(), payment.Refund{OrderID: "o-1", PaymentID: "pi_lapse1", AmountCents: 100,
+		Currency: "USD", Key: payment.RefundKey("pi_lapse1"), Reason: "paid after the cancel"})
+	if err != nil || res.RefundID == "" || res.State != payment.RefundSucceeded || res.Currency != "USD" {
+		t.Fatalf("refund: %+v, %v", res, err)
+	}
+}

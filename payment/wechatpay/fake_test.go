@@ -107,8 +107,10 @@ type trade struct {
 	currency string
 }
 
-// fakeWeChatPay plays WeChat Pay API v3 for query by out_trade_no and close,
-// with the documented request and response shapes. It verifies every
+// fakeWeChatPay plays WeChat Pay API v3 for query by out_trade_no, close
+// and refund, with the documented request and response shapes (one refund
+// per out_refund_no, answered again to a request repeated; a trade refunded
+// is in state REFUND). It verifies every
 // request's Authorization (a request that does not verify fails the test)
 // and signs its responses with the platform key.
 type fakeWeChatPay struct {
@@ -120,13 +122,27 @@ type fakeWeChatPay struct {
 	fault  gatewaytest.Fault
 	skew   time.Duration // added to the timestamps it signs with
 	calls  map[string]int
+	// refunds: out_trade_no → out_refund_no → the refund.
+	refunds map[string]map[string]*fakeRefund
+	// refundStatus is the status new refunds are made in ("": SUCCESS).
+	refundStatus string
+	lastRefund   []byte // the body of the last refund request
+	faultOp      string // when set, fault applies to this operation only
+}
+
+type fakeRefund struct {
+	id     string
+	cents  int64
+	status string
 }
 
 func newFake(t *testing.T) (*fakeWeChatPay, string) {
-	f := &fakeWeChatPay{t: t, release: make(chan struct{}), trades: map[string]trade{}, calls: map[string]int{}}
+	f := &fakeWeChatPay{t: t, release: make(chan struct{}), trades: map[string]trade{}, calls: map[string]int{},
+		refunds: map[string]map[string]*fakeRefund{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v3/pay/transactions/out-trade-no/{no}", f.handle("query", f.query))
 	mux.HandleFunc("POST /v3/pay/transactions/out-trade-no/{no}/close", f.handle("close", f.close))
+	mux.HandleFunc("POST /v3/refund/domestic/refunds", f.handle("refund", f.refund))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake WeChat Pay: %s %s is not an API of the adapter's", r.Method, r.RequestURI)
 		http.NotFound(w, r)
@@ -189,6 +205,37 @@ func (f *fakeWeChatPay) count(op string) int {
 	return f.calls[op]
 }
 
+// Refunds implements gatewaytest.RefundFake.
+func (f *fakeWeChatPay) Refunds(orderID, paymentID string) int {
+	no := paymentID
+	if no == "" {
+		no = orderID
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.refunds[no])
+}
+
+func (f *fakeWeChatPay) setRefundStatus(status string) {
+	f.mu.Lock()
+	f.refundStatus = status
+	f.mu.Unlock()
+}
+
+// failOnly makes the requests of one operation (query, close, refund)
+// answer with fault, the others as WeChat Pay does.
+func (f *fakeWeChatPay) failOnly(op string, fault gatewaytest.Fault) {
+	f.mu.Lock()
+	f.faultOp, f.fault = op, fault
+	f.mu.Unlock()
+}
+
+func (f *fakeWeChatPay) lastRefundBody() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastRefund
+}
+
 func (f *fakeWeChatPay) Fail(fault gatewaytest.Fault) {
 	f.mu.Lock()
 	f.fault = fault
@@ -222,6 +269,9 @@ func (f *fakeWeChatPay) handle(name string, op func(r *http.Request, no string, 
 		}
 		f.mu.Lock()
 		fault, skew := f.fault, f.skew
+		if f.faultOp != "" && f.faultOp != name {
+			fault = gatewaytest.FaultNone
+		}
 		f.calls[name]++
 		var a answer
 		if fault == gatewaytest.FaultNone {
@@ -306,7 +356,7 @@ func transaction(no string, tr trade) map[string]any {
 	desc := map[string]string{"SUCCESS": "支付成功", "NOTPAY": "未支付", "USERPAYING": "用户支付中", "CLOSED": "已关闭", "REFUND": "转入退款"}
 	tx := map[string]any{"appid": "wxd678efh567hg6787", "mchid": mchID, "out_trade_no": no, "trade_type": "NATIVE",
 		"trade_state": tr.state, "trade_state_desc": desc[tr.state], "attach": "", "payer": map[string]string{"openid": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}}
-	if tr.state == "SUCCESS" {
+	if tr.state == "SUCCESS" || tr.state == "REFUND" {
 		tx["transaction_id"] = "4200000" + no
 		tx["bank_type"] = "CMC"
 		tx["success_time"] = "2026-06-08T10:34:56+08:00"
@@ -353,4 +403,68 @@ func (f *fakeWeChatPay) close(r *http.Request, no string, body []byte) answer {
 	}
 	f.trades[no] = trade{"CLOSED", tr.cents, tr.currency}
 	return answer{http.StatusNoContent, nil}
+}
+
+// refund is POST /v3/refund/domestic/refunds; call with f.mu held.
+func (f *fakeWeChatPay) refund(r *http.Request, _ string, body []byte) answer {
+	f.lastRefund = body
+	var b struct {
+		OutTradeNo  string `json:"out_trade_no"`
+		OutRefundNo string `json:"out_refund_no"`
+		Reason      string `json:"reason"`
+		Amount      struct {
+			Refund   int64  `json:"refund"`
+			Total    int64  `json:"total"`
+			Currency string `json:"currency"`
+		} `json:"amount"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || b.OutTradeNo == "" || b.OutRefundNo == "" || len(b.OutRefundNo) > 64 ||
+		b.Amount.Refund <= 0 || b.Amount.Total <= 0 || b.Amount.Currency == "" || r.Header.Get("Content-Type") != "application/json" {
+		f.t.Errorf("fake WeChat Pay: refund body %q (%s)", body, r.Header.Get("Content-Type"))
+		return answer{http.StatusBadRequest, map[string]string{"code": "PARAM_ERROR", "message": "参数错误"}}
+	}
+	tr, ok := f.trades[b.OutTradeNo]
+	if !ok {
+		return answer{http.StatusNotFound, map[string]string{"code": "RESOURCE_NOT_EXISTS", "message": "订单不存在"}}
+	}
+	currency := tr.currency
+	if currency == "" {
+		currency = "CNY"
+	}
+	reply := func(rf *fakeRefund) answer {
+		return answer{http.StatusOK, map[string]any{"refund_id": rf.id, "out_refund_no": b.OutRefundNo, "transaction_id": "4200000" + b.OutTradeNo,
+			"out_trade_no": b.OutTradeNo, "channel": "ORIGINAL", "user_received_account": "招商银行信用卡0403", "status": rf.status,
+			"create_time": "2026-06-08T10:34:56+08:00", "funds_account": "AVAILABLE",
+			"amount": map[string]any{"total": tr.cents, "refund": rf.cents, "payer_total": tr.cents, "payer_refund": rf.cents,
+				"settlement_refund": rf.cents, "settlement_total": tr.cents, "discount_refund": 0, "currency": currency, "refund_fee": 0}}}
+	}
+	if rf := f.refunds[b.OutTradeNo][b.OutRefundNo]; rf != nil {
+		if rf.cents != b.Amount.Refund {
+			return answer{http.StatusBadRequest, map[string]string{"code": "INVALID_REQUEST", "message": "退款单号重复，但退款金额与之前请求不一致"}}
+		}
+		return reply(rf)
+	}
+	refunded := int64(0)
+	for _, rf := range f.refunds[b.OutTradeNo] {
+		refunded += rf.cents
+	}
+	switch {
+	case tr.state != "SUCCESS" && tr.state != "REFUND":
+		return answer{http.StatusBadRequest, map[string]string{"code": "INVALID_REQUEST", "message": "订单状态不正确"}}
+	case b.Amount.Total != tr.cents || b.Amount.Currency != currency:
+		return answer{http.StatusBadRequest, map[string]string{"code": "PARAM_ERROR", "message": "订单金额或币种与支付时不一致"}}
+	case refunded+b.Amount.Refund > tr.cents:
+		return answer{http.StatusBadRequest, map[string]string{"code": "INVALID_REQUEST", "message": "申请退款金额超过订单可退金额"}}
+	}
+	status := f.refundStatus
+	if status == "" {
+		status = "SUCCESS"
+	}
+	if f.refunds[b.OutTradeNo] == nil {
+		f.refunds[b.OutTradeNo] = map[string]*fakeRefund{}
+	}
+	rf := &fakeRefund{id: fmt.Sprintf("5030%012d", len(f.refunds[b.OutTradeNo])+1) + b.OutTradeNo, cents: b.Amount.Refund, status: status}
+	f.refunds[b.OutTradeNo][b.OutRefundNo] = rf
+	f.trades[b.OutTradeNo] = trade{"REFUND", tr.cents, tr.currency}
+	return reply(rf)
 }

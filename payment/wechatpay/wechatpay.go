@@ -290,33 +290,46 @@ func parseAPIError(body []byte) apiError {
 
 // query returns the trade's state, and whether WeChat Pay knows the trade.
 func (g *Gateway) query(ctx context.Context, outTradeNo string) (payment.Status, bool, error) {
-	path := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(outTradeNo) + "?mchid=" + url.QueryEscape(g.cfg.MchID)
-	code, body, err := g.do(ctx, http.MethodGet, path, nil)
+	tx, known, err := g.transaction(ctx, outTradeNo)
 	if err != nil {
 		return payment.Status{}, false, err
 	}
-	switch code {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		if e := parseAPIError(body); e.Code == "ORDER_NOT_EXIST" {
-			return payment.Status{State: payment.StateNotPaid}, false, nil
-		}
-		return payment.Status{}, false, fmt.Errorf("%w: query: 404 without ORDER_NOT_EXIST: %s", ErrBadResponse, payment.Snippet(body))
-	default:
-		return payment.Status{}, false, fmt.Errorf("%w: query: HTTP %d: %s", ErrBadResponse, code, payment.Snippet(body))
-	}
-	var tx Transaction
-	if err := json.Unmarshal(body, &tx); err != nil {
-		return payment.Status{}, false, fmt.Errorf("%w: query: malformed transaction: %v: %s", ErrBadResponse, err, payment.Snippet(body))
-	}
-	if tx.OutTradeNo != outTradeNo || tx.MchID != g.cfg.MchID {
-		return payment.Status{}, false, fmt.Errorf("%w: query: the answer is about out_trade_no %q of mchid %q", ErrBadResponse, tx.OutTradeNo, tx.MchID)
+	if !known {
+		return payment.Status{State: payment.StateNotPaid}, false, nil
 	}
 	st, err := tx.status()
 	if err != nil {
 		return payment.Status{}, false, fmt.Errorf("%w: query: %w", ErrBadResponse, err)
 	}
 	return st, true, nil
+}
+
+// transaction returns the trade of outTradeNo as WeChat Pay answers it, and
+// whether WeChat Pay knows it (404 ORDER_NOT_EXIST: it does not).
+func (g *Gateway) transaction(ctx context.Context, outTradeNo string) (Transaction, bool, error) {
+	path := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(outTradeNo) + "?mchid=" + url.QueryEscape(g.cfg.MchID)
+	code, body, err := g.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return Transaction{}, false, err
+	}
+	switch code {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		if e := parseAPIError(body); e.Code == "ORDER_NOT_EXIST" {
+			return Transaction{}, false, nil
+		}
+		return Transaction{}, false, fmt.Errorf("%w: query: 404 without ORDER_NOT_EXIST: %s", ErrBadResponse, payment.Snippet(body))
+	default:
+		return Transaction{}, false, fmt.Errorf("%w: query: HTTP %d: %s", ErrBadResponse, code, payment.Snippet(body))
+	}
+	var tx Transaction
+	if err := json.Unmarshal(body, &tx); err != nil {
+		return Transaction{}, false, fmt.Errorf("%w: query: malformed transaction: %v: %s", ErrBadResponse, err, payment.Snippet(body))
+	}
+	if tx.OutTradeNo != outTradeNo || tx.MchID != g.cfg.MchID {
+		return Transaction{}, false, fmt.Errorf("%w: query: the answer is about out_trade_no %q of mchid %q", ErrBadResponse, tx.OutTradeNo, tx.MchID)
+	}
+	return tx, true, nil
 }
 
 // status maps a transaction's trade_state.

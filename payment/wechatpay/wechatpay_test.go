@@ -27,7 +27,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	gatewaytest.Run(t, gatewaytest.Harness{
-		Timeout: timeout, SignedResponses: true,
+		Timeout: timeout, SignedResponses: true, PartialRefunds: true,
 		New: func(t *testing.T) (payment.Gateway, gatewaytest.Fake) {
 			f, u := newFake(t)
 			return newGateway(t, u), f

@@ -1,18 +1,24 @@
 // Package stripetest is a local server playing Stripe's API for the calls
 // lapse makes — GET /v1/payment_intents/{id}, POST
 // /v1/payment_intents/{id}/cancel, GET /v1/checkout/sessions?payment_intent=…,
-// POST /v1/checkout/sessions/{id}/expire — with Stripe's documented request
+// POST /v1/checkout/sessions/{id}/expire, POST /v1/refunds, GET
+// /v1/refunds?payment_intent=… — with Stripe's documented request
 // and response shapes: a bearer key, form-encoded POSTs, JSON objects, error
 // objects ({"error": {"type", "code", "message", "param"}}) and a Request-Id
 // header. Unlike stripe-mock it keeps state, so that tests can set a
-// PaymentIntent's status and see a cancel take effect.
+// PaymentIntent's status and see a cancel take effect, and count refunds. A
+// POST with an Idempotency-Key already used answers what the first answered
+// (Idempotent-Replayed: true), or 400 idempotency_error if its parameters
+// differ, as Stripe does.
 package stripetest
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,10 +55,30 @@ type Server struct {
 	fail     map[string]int // "METHOD path" → status to answer, once per entry in failures
 	hang     map[string]bool
 	outage   Outage
+	refunds  []*Refund
+	idem     map[string]idemResult // by Idempotency-Key
+	keys     []string              // the Idempotency-Key of each POST
+	// RefundStatus, when set, is the status new refunds are created in
+	// (pending, failed); they are succeeded otherwise.
+	RefundStatus string
 	// BeforeCancel, when set, runs before a cancel or expire is applied
 	// (under no lock): a payment landing between lapse's retrieve and its
 	// cancel.
 	BeforeCancel func(piID string)
+}
+
+// Refund is a refund the server made.
+type Refund struct {
+	ID, PaymentIntent, Status, Currency string
+	Amount                              int64
+	Metadata                            map[string]string
+}
+
+// idemResult is the saved answer to a POST with an Idempotency-Key.
+type idemResult struct {
+	request string // METHOD path and the form, encoded
+	status  int
+	body    any
 }
 
 type session struct {
@@ -63,7 +89,7 @@ type session struct {
 // ends.
 func New(t testing.TB, key string) *Server {
 	s := &Server{Key: key, pis: map[string]*PaymentIntent{}, sessions: map[string]*session{},
-		fail: map[string]int{}, hang: map[string]bool{}}
+		fail: map[string]int{}, hang: map[string]bool{}, idem: map[string]idemResult{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
@@ -127,6 +153,35 @@ func (s *Server) Forget(id string) {
 	delete(s.pis, id)
 }
 
+// ExpireIdempotencyKeys forgets every Idempotency-Key seen, as Stripe does
+// 24 hours after a key's first use.
+func (s *Server) ExpireIdempotencyKeys() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.idem)
+}
+
+// IdempotencyKeys lists the Idempotency-Key of each POST served ("" for
+// none), in order.
+func (s *Server) IdempotencyKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+// Refunds returns the refunds made of a PaymentIntent, in order.
+func (s *Server) Refunds(piID string) []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Refund
+	for _, rf := range s.refunds {
+		if rf.PaymentIntent == piID {
+			out = append(out, *rf)
+		}
+	}
+	return out
+}
+
 // Outage is how every request fails while it is set (SetOutage).
 type Outage int
 
@@ -188,10 +243,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	call := r.Method + " " + r.URL.Path
 	s.mu.Lock()
 	s.calls = append(s.calls, call)
+	if r.Method == http.MethodPost {
+		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
+	}
 	failWith, hang, outage := s.fail[call], s.hang[call], s.outage
 	s.mu.Unlock()
 	switch {
 	case hang || outage == OutageHang:
+		// The body read, the server notices the client leaving (a POST's
+		// unread body would keep the connection, and Close, waiting).
+		_, _ = io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 		return
 	case outage == OutageServerError:
@@ -227,6 +288,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		s.idempotent(w, r, s.refund)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		s.listRefunds(w, r)
 	case r.Method == http.MethodGet && len(parts) == 3 && parts[0] == "v1" && parts[1] == "payment_intents":
 		s.retrieve(w, parts[2])
 	case r.Method == http.MethodPost && len(parts) == 4 && parts[1] == "payment_intents" && parts[3] == "cancel":
@@ -320,6 +385,114 @@ func (s *Server) expire(w http.ResponseWriter, id string) {
 		pi.Status = "canceled"
 	}
 	writeJSON(w, http.StatusOK, sessionJSON(ss))
+}
+
+// idempotent answers a POST through its Idempotency-Key: the saved answer
+// of a key seen before with the same parameters, else op's (called with
+// s.mu held, so that two requests with one key make one refund), saved.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, op func(r *http.Request) (int, any)) {
+	key := r.Header.Get("Idempotency-Key")
+	request := r.Method + " " + r.URL.Path + "?" + r.PostForm.Encode()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if saved, ok := s.idem[key]; ok && key != "" {
+		if saved.request != request {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"type": "idempotency_error",
+				"message": "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '" + key + "' if you meant to execute a different request."}})
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, saved.status, saved.body)
+		return
+	}
+	status, body := op(r)
+	if key != "" {
+		s.idem[key] = idemResult{request: request, status: status, body: body}
+	}
+	writeJSON(w, status, body)
+}
+
+// refund is POST /v1/refunds: payment_intent, amount (default: what is
+// left), metadata[…]; call with s.mu held.
+func (s *Server) refund(r *http.Request) (int, any) {
+	id := r.PostForm.Get("payment_intent")
+	if id == "" {
+		return http.StatusBadRequest, errorBody("invalid_request_error", "parameter_missing", "Must provide one of charge or payment_intent.", "payment_intent")
+	}
+	pi := s.pis[id]
+	if pi == nil {
+		return http.StatusBadRequest, errorBody("invalid_request_error", "resource_missing", fmt.Sprintf("No such payment_intent: '%s'", id), "payment_intent")
+	}
+	if pi.Status != "succeeded" {
+		return http.StatusBadRequest, errorBody("invalid_request_error", "", fmt.Sprintf("This PaymentIntent (%s) does not have a successful charge to refund.", id), "")
+	}
+	left := pi.AmountReceived
+	for _, rf := range s.refunds {
+		if rf.PaymentIntent == id && rf.Status != "failed" && rf.Status != "canceled" {
+			left -= rf.Amount
+		}
+	}
+	if left <= 0 {
+		return http.StatusBadRequest, errorBody("invalid_request_error", "charge_already_refunded", fmt.Sprintf("Charge ch_%s has already been refunded.", id), "")
+	}
+	amount := left
+	if a := r.PostForm.Get("amount"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n <= 0 {
+			return http.StatusBadRequest, errorBody("invalid_request_error", "parameter_invalid_integer", "Invalid positive integer", "amount")
+		}
+		if n > left {
+			return http.StatusBadRequest, errorBody("invalid_request_error", "amount_too_large", fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", n, left), "amount")
+		}
+		amount = n
+	}
+	md := map[string]string{}
+	for k, vs := range r.PostForm {
+		if name, ok := strings.CutPrefix(k, "metadata["); ok && strings.HasSuffix(name, "]") {
+			md[strings.TrimSuffix(name, "]")] = vs[0]
+		}
+	}
+	status := s.RefundStatus
+	if status == "" {
+		status = "succeeded"
+	}
+	currency := pi.Currency
+	if currency == "" {
+		currency = "usd"
+	}
+	rf := &Refund{ID: fmt.Sprintf("re_test%d", len(s.refunds)+1), PaymentIntent: id, Status: status, Currency: currency, Amount: amount, Metadata: md}
+	s.refunds = append(s.refunds, rf)
+	return http.StatusOK, refundJSON(rf)
+}
+
+// listRefunds is GET /v1/refunds?payment_intent=…, newest first.
+func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi := r.Form.Get("payment_intent")
+	data := []any{}
+	for i := len(s.refunds) - 1; i >= 0; i-- {
+		if rf := s.refunds[i]; pi == "" || rf.PaymentIntent == pi {
+			data = append(data, refundJSON(rf))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "url": "/v1/refunds", "has_more": false, "data": data})
+}
+
+func refundJSON(rf *Refund) map[string]any {
+	return map[string]any{"id": rf.ID, "object": "refund", "amount": rf.Amount, "currency": rf.Currency, "status": rf.Status,
+		"payment_intent": rf.PaymentIntent, "charge": "ch_" + rf.PaymentIntent, "metadata": rf.Metadata, "reason": nil}
+}
+
+func errorBody(typ, code, msg, param string) map[string]any {
+	e := map[string]any{"type": typ, "message": msg}
+	if code != "" {
+		e["code"] = code
+	}
+	if param != "" {
+		e["param"] = param
+	}
+	return map[string]any{"error": e}
 }
 
 func piJSON(pi *PaymentIntent) map[string]any {
