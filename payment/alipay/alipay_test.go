@@ -309,21 +309,21 @@ func TestGatewayCheck(t *testing.T) {
 	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Gateway: newGateway(t, u)})
 
 	// Paid at Alipay, the notification lost: PAID.
-	l.Paying(t, "paid", "pay-paid", 2550, 200*time.Millisecond)
+	l.Paying(t, "paid", "pay-paid", 2550, 2*time.Second)
 	f.setStatus("pay-paid", "TRADE_SUCCESS", 2550)
 	if o := l.WaitStatus(t, "paid", order.Paid, 10*time.Second); o.PaymentID != "pay-paid" {
 		t.Fatalf("paid by %q", o.PaymentID)
 	}
 	// The buyer opened the page and left: the trade is closed, then the
 	// order cancelled.
-	l.Paying(t, "left", "pay-left", 100, 200*time.Millisecond)
+	l.Paying(t, "left", "pay-left", 100, 2*time.Second)
 	f.setStatus("pay-left", "WAIT_BUYER_PAY", 0)
 	l.WaitStatus(t, "left", order.Cancelled, 10*time.Second)
 	if tr, _ := f.trade("pay-left"); tr.status != "TRADE_CLOSED" {
 		t.Fatalf("pay-left is %s at Alipay, want TRADE_CLOSED", tr.status)
 	}
 	// Never scanned: Alipay has no trade; cancelled.
-	l.Paying(t, "never", "pay-never", 100, 200*time.Millisecond)
+	l.Paying(t, "never", "pay-never", 100, 2*time.Second)
 	l.WaitStatus(t, "never", order.Cancelled, 10*time.Second)
 	if f.calls("alipay.trade.close") < 2 {
 		t.Fatal("the never-scanned trade was not closed")

@@ -308,13 +308,13 @@ func TestGatewayCheck(t *testing.T) {
 	l := gatewaytest.NewLapse(t, gatewaytest.LapseConfig{Gateway: newGateway(t, u)})
 
 	// Paid, the notification lost: PAID.
-	l.Paying(t, "paid", "pay-paid", 2550, 200*time.Millisecond)
+	l.Paying(t, "paid", "pay-paid", 2550, 2*time.Second)
 	f.set("pay-paid", "SUCCESS", 2550)
 	if o := l.WaitStatus(t, "paid", order.Paid, 10*time.Second); o.PaymentID != "pay-paid" {
 		t.Fatalf("paid by %q", o.PaymentID)
 	}
 	// Not paid: closed at WeChat Pay, then cancelled.
-	l.Paying(t, "left", "pay-left", 100, 200*time.Millisecond)
+	l.Paying(t, "left", "pay-left", 100, 2*time.Second)
 	f.set("pay-left", "NOTPAY", 0)
 	l.WaitStatus(t, "left", order.Cancelled, 10*time.Second)
 	if tr := f.trade("pay-left"); tr.state != "CLOSED" {
@@ -324,7 +324,7 @@ func TestGatewayCheck(t *testing.T) {
 	// tries to close, WeChat Pay refuses (USER_PAYING), the order stays
 	// PAYING; the payment goes through and the order is PAID.
 	closes := f.count("close")
-	l.Paying(t, "typing", "pay-typing", 300, 200*time.Millisecond)
+	l.Paying(t, "typing", "pay-typing", 300, 2*time.Second)
 	f.set("pay-typing", "USERPAYING", 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for f.count("close") == closes {
