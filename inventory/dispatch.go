@@ -146,22 +146,7 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 	if err != nil || len(ts) == 0 {
 		return drain.Pass{}, err
 	}
-	// Send within the lease, measured from before the claim so that it ends
-	// before the lease does on the store's clock too; a shutdown lets the
-	// batch in hand finish rather than abandoning it.
-	sctx, endSend := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.Lease*4/5))
-	defer endSend()
-	answers := make([]Answer, len(ts))
-	errs := make([]error, len(ts))
-	var wg sync.WaitGroup
-	for i, t := range ts {
-		wg.Go(func() {
-			one, cancel := context.WithTimeout(sctx, d.SendTimeout)
-			defer cancel()
-			answers[i], errs[i] = d.send(one, t)
-		})
-	}
-	wg.Wait()
+	answers, errs := drain.SendAll(ctx, drain.Sending{Lease: d.Lease, Timeout: d.SendTimeout}, start, ts, d.send)
 	at := time.Now()
 
 	outcomes := make([]store.TaskOutcome, len(ts))
@@ -241,17 +226,15 @@ func (d *Dispatcher) outcome(t store.ClaimedTask, a Answer, err error) store.Tas
 		o.Done = true
 		return o
 	case err == nil: // REJECTED: for good, an operator decides
-		o.Error = truncate("REJECTED: "+a.Reason, 1000)
+		o.Error = drain.Truncate("REJECTED: "+a.Reason, 1000)
 		o.Dead = true
 		return o
 	}
-	o.Error = truncate(err.Error(), 1000)
-	failures := t.Failures + 1
+	o.Error = drain.Truncate(err.Error(), 1000)
 	// The age on the store's clock, from when the task was written or
 	// retried to this claim.
-	age := t.ClaimedAt.Sub(t.Since)
-	o.Dead = failures >= d.MaxAttempts || age >= d.MaxAge
-	o.RetryIn = drain.Backoff(failures, d.RetryBase, d.RetryMax)
+	retry := drain.Retry{MaxAttempts: d.MaxAttempts, MaxAge: d.MaxAge, Base: d.RetryBase, Max: d.RetryMax}
+	o.RetryIn, o.Dead = retry.After(t.Failures+1, t.ClaimedAt.Sub(t.Since))
 	return o
 }
 
@@ -280,11 +263,4 @@ func firstError(errs []error, answers []Answer) string {
 		}
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

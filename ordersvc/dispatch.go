@@ -255,24 +255,10 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 // deliver sends a claimed batch's commands concurrently and settles it;
 // start is from before the claim.
 func (d *Dispatcher) deliver(ctx context.Context, start time.Time, cs []store.ClaimedCommand) (drain.Pass, error) {
-	// Send within the lease, measured from before the claim; a shutdown
-	// lets the batch in hand finish rather than abandoning it.
-	sctx, endSend := context.WithDeadline(context.WithoutCancel(ctx), start.Add(d.Lease*4/5))
-	defer endSend()
-	answers := make([]Answer, len(cs))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, d.Concurrency)
-	for i, c := range cs {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			one, cancel := context.WithTimeout(sctx, d.SendTimeout)
-			defer cancel()
-			answers[i], errs[i] = d.Client.Send(one, DeliveryOf(c))
+	answers, errs := drain.SendAll(ctx, drain.Sending{Lease: d.Lease, Timeout: d.SendTimeout, Concurrency: d.Concurrency}, start, cs,
+		func(ctx context.Context, c store.ClaimedCommand) (Answer, error) {
+			return d.Client.Send(ctx, DeliveryOf(c))
 		})
-	}
-	wg.Wait()
 
 	outcomes := make([]store.CommandOutcome, len(cs))
 	answered := 0
@@ -343,17 +329,14 @@ func (d *Dispatcher) outcome(c store.ClaimedCommand, a Answer, err error) store.
 		}
 		return o
 	}
-	o.Error = truncate(err.Error(), 1000)
+	o.Error = drain.Truncate(err.Error(), 1000)
 	if IsRefusal(err) {
 		o.Dead = true
 		return o
 	}
-	failures := c.Failures + 1
 	// The age on the store's clock, from when the command was written or
 	// retried to this claim.
-	age := c.ClaimedAt.Sub(c.Since)
-	o.Dead = failures >= d.MaxAttempts || age >= d.MaxAge
-	o.RetryIn = drain.Backoff(failures, d.RetryBase, d.RetryMax)
+	o.RetryIn, o.Dead = d.retry().After(c.Failures+1, c.ClaimedAt.Sub(c.Since))
 	var serr *StatusError
 	if errors.As(err, &serr) && serr.RetryAfter > o.RetryIn {
 		o.RetryIn = serr.RetryAfter
@@ -385,11 +368,8 @@ func firstError(errs []error) string {
 	return ""
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+func (d *Dispatcher) retry() drain.Retry {
+	return drain.Retry{MaxAttempts: d.MaxAttempts, MaxAge: d.MaxAge, Base: d.RetryBase, Max: d.RetryMax}
 }
 
 // Status names used by the metrics for outcomes that are not a result.
