@@ -165,7 +165,7 @@ DELETE FROM lapse_payment_callbacks WHERE seen_at < ? LIMIT 1000;
 UPDATE lapse_orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
 WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ? AND (? = '' OR currency = ?)
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?
-                  AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                  AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED'))
                     OR (p.payment_id <> ? AND p.status = 'PENDING')));
 
 -- name: flag_refund
@@ -204,7 +204,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 -- upsert: MySQL's ON DUPLICATE KEY would also take the row of another order
 -- that has this payment id (payments_payment_id_unique).
 UPDATE lapse_payments SET status = ?, amount_cents = ?, currency = ?, updated_at = ?
-WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED');
 
 -- name: note_conflict
 -- Params: order id, payment id: a report that disagreed with how the attempt ended.

@@ -369,7 +369,7 @@ DELETE FROM lapse_payment_callbacks WHERE seen_at < $1;
 UPDATE lapse_orders SET status = 'PAID', paid_at = $2, payment_id = $3, version = version + 1
 WHERE id = $1 AND status IN ('PENDING', 'PAYING') AND amount_cents = $4 AND ($5 = '' OR currency = $5)
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = $1
-                  AND ((p.payment_id = $3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                  AND ((p.payment_id = $3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED'))
                     OR (p.payment_id <> $3 AND p.status = 'PENDING')))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -415,7 +415,7 @@ VALUES ($1, $2, $3, $4, $6, $5, $5)
 ON CONFLICT (order_id, payment_id) DO UPDATE SET
     status = excluded.status, amount_cents = excluded.amount_cents, currency = excluded.currency,
     updated_at = excluded.updated_at
-WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED');
 
 -- name: note_conflict
 -- $1 order id, $2 payment id: a report that disagreed with how the attempt ended.
