@@ -286,7 +286,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 		// attempt REFUNDED with no DONE refund.
 		{Check: "refunds_match_attempts", SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, done_at, last_error, note)
 			VALUES ('p', 'paid', 1000, 'EUR', 'DONE', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), '', '')`},
-		{Check: "refunds_match_attempts", SQL: `UPDATE lapse_payments SET status = 'REFUNDED' WHERE payment_id = 'p'`},
+		{Check: "refunds_match_attempts", Name: "refunded_without_its_refund", SQL: `UPDATE lapse_payments SET status = 'REFUNDED' WHERE payment_id = 'p'`},
 		{Check: "refunds_not_done", Warning: true, SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, dead_at, last_error, note)
 			VALUES ('p', 'paid', 1000, 'EUR', 'DEAD', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), '', '')`},
 	}

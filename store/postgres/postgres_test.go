@@ -295,7 +295,7 @@ func TestAuditDetectsViolations(t *testing.T) {
 		// attempt REFUNDED with no DONE refund.
 		{Check: "refunds_match_attempts", SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, done_at)
 			VALUES ('p', 'paid', 1000, 'EUR', 'DONE', now(), now(), now(), now())`},
-		{Check: "refunds_match_attempts", SQL: `UPDATE lapse_payments SET status = 'REFUNDED' WHERE payment_id = 'p'`},
+		{Check: "refunds_match_attempts", Name: "refunded_without_its_refund", SQL: `UPDATE lapse_payments SET status = 'REFUNDED' WHERE payment_id = 'p'`},
 		{Check: "refunds_not_done", Warning: true, SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, dead_at)
 			VALUES ('p', 'paid', 1000, 'EUR', 'DEAD', now(), now(), now(), now())`},
 	}
