@@ -150,6 +150,55 @@ func (c *Command) fromWire(j commandJSON) error {
 		timeField{&c.NextAt, j.NextAt}, timeField{&c.DoneAt, j.DoneAt}, timeField{&c.DeadAt, j.DeadAt})
 }
 
+// refundJSON is the wire shape of a refund.
+type refundJSON struct {
+	PaymentID   string     `json:"payment_id"`
+	OrderID     string     `json:"order_id"`
+	AmountCents int64      `json:"amount_cents"`
+	Currency    string     `json:"currency"`
+	Status      TaskStatus `json:"status"`
+	Attempts    int        `json:"attempts"`
+	RefundID    string     `json:"refund_id,omitempty"`
+	Manual      bool       `json:"manual"`
+	Note        string     `json:"note,omitempty"`
+	Actor       string     `json:"actor,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	CreatedAt   string     `json:"created_at"`
+	NextAt      string     `json:"next_at,omitempty"`
+	DoneAt      string     `json:"done_at,omitempty"`
+	DeadAt      string     `json:"dead_at,omitempty"`
+}
+
+// MarshalJSON renders the API shape of a refund.
+func (r Refund) MarshalJSON() ([]byte, error) {
+	j := refundJSON{PaymentID: r.PaymentID, OrderID: r.OrderID, AmountCents: r.AmountCents, Currency: r.Currency,
+		Status: r.Status, Attempts: r.Attempts, RefundID: r.RefundID, Manual: r.Manual, Note: r.Note, Actor: r.Actor,
+		LastError: r.LastError, CreatedAt: FormatTime(r.CreatedAt)}
+	if r.Status == TaskPending && !r.NextAt.IsZero() {
+		j.NextAt = FormatTime(r.NextAt)
+	}
+	if !r.DoneAt.IsZero() {
+		j.DoneAt = FormatTime(r.DoneAt)
+	}
+	if !r.DeadAt.IsZero() {
+		j.DeadAt = FormatTime(r.DeadAt)
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the API shape of a refund.
+func (r *Refund) UnmarshalJSON(b []byte) error {
+	var j refundJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Refund{PaymentID: j.PaymentID, OrderID: j.OrderID, AmountCents: j.AmountCents, Currency: j.Currency,
+		Status: j.Status, Attempts: j.Attempts, RefundID: j.RefundID, Manual: j.Manual, Note: j.Note, Actor: j.Actor,
+		LastError: j.LastError}
+	return parseTimes(timeField{&r.CreatedAt, j.CreatedAt}, timeField{&r.NextAt, j.NextAt},
+		timeField{&r.DoneAt, j.DoneAt}, timeField{&r.DeadAt, j.DeadAt})
+}
+
 // timeField is a time read from its wire text ("" leaves it zero).
 type timeField struct {
 	dst *time.Time

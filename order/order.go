@@ -157,6 +157,32 @@ type Command struct {
 	DeadAt    time.Time // zero unless DEAD
 }
 
+// Refund is the refund of one REFUND_REQUIRED payment attempt: the task
+// that gives its money back through the gateway (at most one per attempt,
+// keyed by its payment id), or the record of an operator's refund made
+// outside lapse (Manual).
+type Refund struct {
+	PaymentID   string
+	OrderID     string
+	AmountCents int64
+	Currency    string
+	Status      TaskStatus
+	// Attempts counts sends (claims), the current one included.
+	Attempts int
+	// RefundID is the gateway's id of the refund, "" until known.
+	RefundID string
+	// Manual: marked refunded by an operator (the money went back outside
+	// lapse, or by a refund the API made); Note and Actor say why and who.
+	Manual    bool
+	Note      string
+	Actor     string
+	LastError string
+	CreatedAt time.Time
+	NextAt    time.Time // when it is due again (while PENDING)
+	DoneAt    time.Time // zero unless DONE
+	DeadAt    time.Time // zero unless DEAD
+}
+
 // PaymentStatus is where one payment attempt stands.
 type PaymentStatus string
 
@@ -170,15 +196,19 @@ const (
 	// PaymentRefundRequired: it succeeded but did not pay the order (the
 	// order was paid by another attempt, cancelled, or the amount differed).
 	PaymentRefundRequired PaymentStatus = "REFUND_REQUIRED"
+	// PaymentRefunded: money that was REFUND_REQUIRED has been given back
+	// (by lapse's refund task, or by an operator outside lapse).
+	PaymentRefunded PaymentStatus = "REFUNDED"
 )
 
 // Ended reports whether an attempt in this status has ended for good: it
-// paid the order (SUCCEEDED) or is money to give back (REFUND_REQUIRED). A
+// paid the order (SUCCEEDED), is money to give back (REFUND_REQUIRED), or
+// was money given back (REFUNDED). A
 // later report of an ended attempt changes nothing: it is a conflict, or the
 // same report again. A FAILED attempt has not ended: at a gateway that keeps
 // a trade per attempt, a declined payment may still be paid.
 func (s PaymentStatus) Ended() bool {
-	return s == PaymentSucceeded || s == PaymentRefundRequired
+	return s == PaymentSucceeded || s == PaymentRefundRequired || s == PaymentRefunded
 }
 
 // Payment is one payment attempt of an order: the id the client uses at the
@@ -204,6 +234,9 @@ const (
 	EventPaid           = "order.paid"
 	EventCancelled      = "order.cancelled"
 	EventRefundRequired = "order.refund_required"
+	// EventRefunded: an attempt's money was given back (REFUND_REQUIRED →
+	// REFUNDED); once per REFUNDED attempt.
+	EventRefunded = "order.refunded"
 	// EventExtended: a PENDING order's deadline moved (later or earlier).
 	// An order may have any number of them.
 	EventExtended = "order.extended"

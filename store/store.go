@@ -59,6 +59,7 @@ type Store interface {
 	Outbox
 	Tasks
 	Commands
+	Refunds
 	Auditor
 	Dashboard
 	HookFailures
@@ -371,6 +372,10 @@ type PaymentParams struct {
 	// and returns OutcomeReplayed. Stores remember ids for an hour, longer
 	// than the signature's replay window.
 	CallbackID string
+	// AutoRefund (--auto-refund): a success that ends REFUND_REQUIRED gets
+	// its refund task (Refunds) in the same transaction, PENDING and due
+	// now; a task the attempt has already is left as it is.
+	AutoRefund bool
 }
 
 // CallbackMemory is how long stores remember callback ids.

@@ -52,7 +52,7 @@ func schemas(t *testing.T) map[string]*jsonschema.Schema {
 		}
 		out[filepath.Base(f)] = s
 	}
-	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired, order.EventExtended} {
+	for _, typ := range []string{order.EventCreated, order.EventPaid, order.EventCancelled, order.EventRefundRequired, order.EventRefunded, order.EventExtended} {
 		if out[typ+".schema.json"] == nil {
 			t.Errorf("no schema for %s in %s", typ, schemaDir)
 		}
@@ -144,6 +144,15 @@ func TestEventSchemas(t *testing.T) {
 	refund := func(id string, cents int64) map[string]any {
 		return map[string]any{"refund": map[string]any{"payment_id": id, "amount_cents": cents}}
 	}
+	refundedOrder := cancelledThenPaid
+	refundedOrder.RefundRequired, refundedOrder.Version = false, refundedOrder.Version+1
+	refunded := func(id, refundID string, manual bool) map[string]any {
+		r := map[string]any{"payment_id": id, "amount_cents": 4999, "currency": "USD", "refund_id": refundID, "manual": manual}
+		if manual {
+			r["note"], r["actor"] = "refunded in the gateway's console", "alice"
+		}
+		return map[string]any{"refund": r}
+	}
 
 	valid := []struct {
 		typ     string
@@ -155,6 +164,8 @@ func TestEventSchemas(t *testing.T) {
 		{order.EventCancelled, payload(t, buyerCancelled, nil)},
 		{order.EventRefundRequired, payload(t, cancelledThenPaid, refund("pi_late", 4999))},
 		{order.EventRefundRequired, payload(t, paidTwice, refund("pi_3Nq8", 4999))},
+		{order.EventRefunded, payload(t, refundedOrder, refunded("pi_late", "re_3Nq9", false))},
+		{order.EventRefunded, payload(t, refundedOrder, refunded("pi_late", "", true))},
 		{order.EventExtended, payload(t, extended, nil)},
 		{order.EventExtended, payload(t, extendedAfterFailure, nil)},
 		// Additive changes keep version 1: a property receivers do not know yet.
@@ -193,6 +204,7 @@ func TestEventSchemas(t *testing.T) {
 		order.EventPaid:           payload(t, paid, nil),
 		order.EventCancelled:      payload(t, cancelled, nil),
 		order.EventRefundRequired: payload(t, cancelledThenPaid, refund("pi_late", 4999)),
+		order.EventRefunded:       payload(t, refundedOrder, refunded("pi_late", "re_3Nq9", false)),
 		order.EventExtended:       payload(t, extended, nil),
 	}
 	invalid := []struct {
@@ -214,6 +226,9 @@ func TestEventSchemas(t *testing.T) {
 		{"refund without refund", order.EventRefundRequired, func(m map[string]any) { delete(m, "refund") }},
 		{"refund without amount", order.EventRefundRequired, func(m map[string]any) { delete(m["refund"].(map[string]any), "amount_cents") }},
 		{"refund not flagged", order.EventRefundRequired, func(m map[string]any) { m["refund_required"] = false }},
+		{"refunded without refund", order.EventRefunded, func(m map[string]any) { delete(m, "refund") }},
+		{"refunded without its refund id", order.EventRefunded, func(m map[string]any) { delete(m["refund"].(map[string]any), "refund_id") }},
+		{"refunded manual as a string", order.EventRefunded, func(m map[string]any) { m["refund"].(map[string]any)["manual"] = "yes" }},
 		{"no items", order.EventCreated, func(m map[string]any) { m["items"] = []any{} }},
 		{"amount as a string", order.EventCreated, func(m map[string]any) { m["amount_cents"] = "49.99" }},
 		{"time not in UTC", order.EventCreated, func(m map[string]any) { m["created_at"] = "2025-03-14T10:26:53.589+01:00" }},

@@ -352,6 +352,11 @@ func (s *Store) completePaymentIn(ctx context.Context, tx *Tx, p store.PaymentPa
 	if err := s.refundEvent(ctx, tx, now, o, p); err != nil {
 		return res, err
 	}
+	if p.AutoRefund {
+		if err := autoRefund(ctx, tx, now, o, p); err != nil {
+			return res, err
+		}
+	}
 	return res, s.hook(ctx, tx, store.HookRefundRequired, false, o)
 }
 

@@ -165,7 +165,7 @@ DELETE FROM lapse_payment_callbacks WHERE seen_at < ? LIMIT 1000;
 UPDATE lapse_orders SET status = 'PAID', paid_at = ?, payment_id = ?, version = version + 1
 WHERE id = ? AND status IN ('PENDING', 'PAYING') AND amount_cents = ? AND (? = '' OR currency = ?)
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?
-                  AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                  AND ((p.payment_id = ? AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED'))
                     OR (p.payment_id <> ? AND p.status = 'PENDING')));
 
 -- name: flag_refund
@@ -204,7 +204,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 -- upsert: MySQL's ON DUPLICATE KEY would also take the row of another order
 -- that has this payment id (payments_payment_id_unique).
 UPDATE lapse_payments SET status = ?, amount_cents = ?, currency = ?, updated_at = ?
-WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE order_id = ? AND payment_id = ? AND status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED');
 
 -- name: note_conflict
 -- Params: order id, payment id: a report that disagreed with how the attempt ended.
@@ -892,3 +892,99 @@ DELETE FROM lapse_order_commands WHERE status = 'DEAD' AND id IN (/*each*/?);
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM lapse_order_commands WHERE status IN ('PENDING', 'DEAD');
+
+-- Refunds (store.Refunds; migration 012). The columns every refund query
+-- returns: payment_id, order_id, amount_cents, currency, status, attempts,
+-- failures, next_at, since, created_at, done_at, dead_at, last_error,
+-- refund_id, manual, note, actor.
+
+-- name: insert_refund
+-- Params: payment id, order id, amount, currency, now (three times). A
+-- refund the payment has already keeps its row: the no-op update, as
+-- insert_commands does.
+INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, next_at, since, created_at, last_error, note)
+VALUES (?, ?, ?, ?, ?, ?, ?, '', '')
+ON DUPLICATE KEY UPDATE payment_id = payment_id;
+
+-- name: claim_refunds_select
+-- Params: now, limit. claim_tasks_select's twin: walks refunds_due
+-- (status, next_at) from the earliest due row, skipping rows other claims hold.
+SELECT payment_id FROM lapse_refunds FORCE INDEX (refunds_due)
+WHERE status = 'PENDING' AND next_at <= ?
+ORDER BY next_at LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_refunds_lease
+-- Params: lease until, the payment ids.
+UPDATE lapse_refunds SET next_at = ?, attempts = attempts + 1 WHERE payment_id IN (/*each*/?);
+
+-- name: refunds_by_id
+-- Params: the payment ids.
+SELECT payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, last_error, refund_id, manual, note, actor
+FROM lapse_refunds WHERE payment_id IN (/*each*/?) ORDER BY next_at, payment_id;
+
+-- name: settle_refund
+-- Params: status, next_at, error, status, refund id, status, status, now,
+-- status, now, payment id, the claim's attempts. Anything but DONE counts
+-- a failure.
+UPDATE lapse_refunds SET status = ?, next_at = ?, last_error = ?,
+    refund_id = IF(? = 'DONE', ?, refund_id),
+    failures = failures + IF(? = 'DONE', 0, 1),
+    done_at = CASE WHEN ? = 'DONE' THEN ? END,
+    dead_at = CASE WHEN ? = 'DEAD' THEN ? END
+WHERE payment_id = ? AND attempts = ? AND status = 'PENDING';
+
+-- name: record_refunded
+-- An operator's refund. Params: payment id, order id, amount, currency, now
+-- (four times), refund id, manual, note, actor. The row is written DONE, or
+-- becomes DONE whatever its status.
+INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at,
+                           done_at, last_error, refund_id, manual, note, actor)
+VALUES (?, ?, ?, ?, 'DONE', ?, ?, ?, ?, '', ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE status = 'DONE', done_at = VALUES(done_at), dead_at = NULL, next_at = VALUES(next_at),
+    refund_id = VALUES(refund_id), manual = VALUES(manual), note = VALUES(note), actor = VALUES(actor);
+
+-- name: refund_payment
+-- Params: now, order id, payment id: money owed back was given back.
+UPDATE lapse_payments SET status = 'REFUNDED', updated_at = ?
+WHERE order_id = ? AND payment_id = ? AND status = 'REFUND_REQUIRED';
+
+-- name: clear_refund_required
+-- Params: id (twice): once no attempt of the order owes money.
+UPDATE lapse_orders SET refund_required = FALSE, version = version + 1
+WHERE id = ? AND refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ? AND p.status = 'REFUND_REQUIRED');
+
+-- name: get_refund
+SELECT payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, last_error, refund_id, manual, note, actor
+FROM lapse_refunds WHERE payment_id = ?;
+
+-- name: list_refunds
+-- Params: order id (twice), dead-only, cursor, limit. list_tasks's twin:
+-- without an order id, the refunds not DONE (or DEAD ones only), through
+-- refunds_open.
+SELECT payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, last_error, refund_id, manual, note, actor
+FROM lapse_refunds
+WHERE (CASE WHEN ? <> '' THEN order_id = ?
+            WHEN ? THEN status = 'DEAD'
+            ELSE status IN ('PENDING', 'DEAD') END)
+  AND payment_id > ?
+ORDER BY payment_id LIMIT ?;
+
+-- name: retry_dead_refunds
+-- Params: now (twice).
+UPDATE lapse_refunds SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD';
+
+-- name: retry_refunds
+-- Params: now (twice), the payment ids.
+UPDATE lapse_refunds SET status = 'PENDING', next_at = ?, since = ?, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND payment_id IN (/*each*/?);
+
+-- name: refund_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM lapse_refunds WHERE status IN ('PENDING', 'DEAD');

@@ -54,34 +54,67 @@ SELECT 'order ' || id || ': cancelled for timeout at ' || cancelled_at || ' befo
 FROM lapse_orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
 -- name: refund_matches_payments
--- refund_required exactly when an attempt's success is money to give back.
+-- refund_required exactly when an attempt's success is money to give back:
+-- REFUND_REQUIRED. A REFUNDED attempt's money went back: it owes nothing.
 SELECT 'order ' || o.id || ' (' || o.status || '): refund_required ' || o.refund_required
-       || ', payments to refund ' || COALESCE(r.n, 0) AS detail
+       || ', payments to refund ' || COALESCE(r.n, 0) || ', refunded ' || COALESCE(r.refunded, 0) AS detail
 FROM lapse_orders o
-LEFT JOIN (SELECT order_id, count(*) AS n FROM lapse_payments WHERE status = 'REFUND_REQUIRED' GROUP BY order_id) r
+LEFT JOIN (SELECT order_id, count(*) FILTER (WHERE status = 'REFUND_REQUIRED') AS n,
+                  count(*) FILTER (WHERE status = 'REFUNDED') AS refunded
+           FROM lapse_payments WHERE status IN ('REFUND_REQUIRED', 'REFUNDED') GROUP BY order_id) r
        ON r.order_id = o.id
-WHERE o.refund_required <> (r.n IS NOT NULL);
+WHERE o.refund_required <> (COALESCE(r.n, 0) > 0);
+
+-- name: refunds_match_attempts
+-- Every REFUNDED attempt has a DONE refund (an operator's refund too:
+-- manual), and every DONE refund's attempt is REFUNDED.
+SELECT 'payment ' || p.payment_id || ' of order ' || p.order_id || ': attempt REFUNDED, refund '
+       || COALESCE(r.status, 'missing') AS detail
+FROM lapse_payments p LEFT JOIN lapse_refunds r ON r.payment_id = p.payment_id
+WHERE p.status = 'REFUNDED' AND (r.status IS NULL OR r.status <> 'DONE' OR r.order_id <> p.order_id)
+UNION ALL
+SELECT 'payment ' || r.payment_id || ' of order ' || r.order_id || ': refund DONE, attempt '
+       || COALESCE(p.status, 'missing') AS detail
+FROM lapse_refunds r LEFT JOIN lapse_payments p ON p.payment_id = r.payment_id AND p.order_id = r.order_id
+WHERE r.status = 'DONE' AND (p.status IS NULL OR p.status <> 'REFUNDED');
+
+-- name: warn_refunds_not_done
+-- DEAD refunds (money still owed: an operator retries them, or refunds
+-- outside lapse and marks them refunded), and PENDING ones older than the
+-- allowed lag.
+SELECT 'refund of payment ' || payment_id || ' (order ' || order_id || ', ' || amount_cents || ' ' || currency || '): '
+       || status || ' after ' || attempts || ' attempts, written '
+       || floor(extract(epoch FROM @now::timestamptz - created_at) * 1000)::bigint || ' ms ago'
+       || CASE WHEN last_error <> '' THEN '; last error: ' || last_error ELSE '' END AS detail
+FROM lapse_refunds
+WHERE status = 'DEAD'
+   OR (status = 'PENDING' AND since + @allowed_lag_ms::bigint * interval '1 millisecond' < @now::timestamptz);
 
 -- name: events_once_per_transition
 -- order.created once per order, order.paid once per PAID order, order.cancelled
--- once per CANCELLED order, order.refund_required once per payment to give back, and none elsewhere.
+-- once per CANCELLED order, order.refund_required once per payment to give back
+-- (REFUND_REQUIRED, or REFUNDED since), order.refunded once per REFUNDED
+-- payment, and none elsewhere.
 -- order.extended (a deadline moved) may come any number of times: it is not counted.
 SELECT 'order ' || o.id || ' (' || o.status || '): created ' || COALESCE(e.created, 0) || ', paid '
        || COALESCE(e.paid, 0) || ', cancelled ' || COALESCE(e.cancelled, 0) || ', refund_required '
-       || COALESCE(e.refund, 0) AS detail
+       || COALESCE(e.refund, 0) || ', refunded ' || COALESCE(e.refunded, 0) AS detail
 FROM lapse_orders o
 LEFT JOIN (SELECT order_id,
                   count(*) FILTER (WHERE type = 'order.created') AS created,
                   count(*) FILTER (WHERE type = 'order.paid') AS paid,
                   count(*) FILTER (WHERE type = 'order.cancelled') AS cancelled,
-                  count(*) FILTER (WHERE type = 'order.refund_required') AS refund
+                  count(*) FILTER (WHERE type = 'order.refund_required') AS refund,
+                  count(*) FILTER (WHERE type = 'order.refunded') AS refunded
            FROM lapse_outbox GROUP BY order_id) e ON e.order_id = o.id
-LEFT JOIN (SELECT order_id, count(*) AS n FROM lapse_payments WHERE status = 'REFUND_REQUIRED' GROUP BY order_id) r
+LEFT JOIN (SELECT order_id, count(*) AS n, count(*) FILTER (WHERE status = 'REFUNDED') AS refunded
+           FROM lapse_payments WHERE status IN ('REFUND_REQUIRED', 'REFUNDED') GROUP BY order_id) r
        ON r.order_id = o.id
 WHERE COALESCE(e.created, 0) <> 1
    OR COALESCE(e.paid, 0) <> (o.status = 'PAID')::int
    OR COALESCE(e.cancelled, 0) <> (o.status = 'CANCELLED')::int
-   OR COALESCE(e.refund, 0) <> COALESCE(r.n, 0);
+   OR COALESCE(e.refund, 0) <> COALESCE(r.n, 0)
+   OR COALESCE(e.refunded, 0) <> COALESCE(r.refunded, 0);
 
 -- name: paid_by_its_attempt
 -- A PAID order's paying attempt is SUCCEEDED with the order's amount and

@@ -92,16 +92,19 @@ func (s *Store) Tx(ctx context.Context, fn func(tx TxConn) error) error {
 func (s *Store) WithSavepoints() *Store {
 	cfg := s.cfg
 	ce, _ := s.cfg.Driver.(core.CommandExecutor)
-	cfg.Driver = savepointDriver{s.cfg.Driver, ce}
+	re, _ := s.cfg.Driver.(core.RefundExecutor)
+	cfg.Driver = savepointDriver{s.cfg.Driver, ce, re}
 	cfg.PaymentGroup = 32
 	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
 }
 
 // savepointDriver hides the group statements of the driver; the commands
-// of order-service mode stay (CommandExecutor).
+// of order-service mode (CommandExecutor) and the refunds (RefundExecutor)
+// stay.
 type savepointDriver struct {
 	core.Driver
 	core.CommandExecutor
+	core.RefundExecutor
 }
 
 func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
@@ -110,10 +113,12 @@ func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.Exec
 		return nil, err
 	}
 	ce, _ := etx.(core.CommandExecutor)
+	re, _ := etx.(core.RefundExecutor)
 	return struct {
 		core.ExecutorTx
 		core.CommandExecutor
-	}{etx, ce}, nil // LockGroup and WriteGroup hidden
+		core.RefundExecutor
+	}{etx, ce, re}, nil // LockGroup and WriteGroup hidden
 }
 
 // WithoutPipelinedCancel is s with the timeout cancel on the core's general

@@ -291,6 +291,13 @@ func TestAuditDetectsViolations(t *testing.T) {
 		{Check: "commanded_unanswered", SQL: `UPDATE lapse_orders SET status = 'CANCELLING', cancel_after = 'epoch' WHERE id = 'open'`},
 		{Check: "commands_dead", Warning: true, SQL: `INSERT INTO lapse_order_commands (id, order_id, cancel_after, status, next_at, since, created_at, dead_at, last_error)
 			VALUES ('cmd_x', 'open', now(), 'DEAD', now(), now(), now(), now(), '400 Bad Request')`},
+		// A refund recorded DONE whose attempt is not REFUNDED, and an
+		// attempt REFUNDED with no DONE refund.
+		{Check: "refunds_match_attempts", SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, done_at)
+			VALUES ('p', 'paid', 1000, 'EUR', 'DONE', now(), now(), now(), now())`},
+		{Check: "refunds_match_attempts", Name: "refunded_without_its_refund", SQL: `UPDATE lapse_payments SET status = 'REFUNDED' WHERE payment_id = 'p'`},
+		{Check: "refunds_not_done", Warning: true, SQL: `INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at, dead_at)
+			VALUES ('p', 'paid', 1000, 'EUR', 'DEAD', now(), now(), now(), now())`},
 	}
 	var handles sync.Map // store → what exec needs to reach its database
 	factory := func(t *testing.T, clk clock.Clock) store.Store {

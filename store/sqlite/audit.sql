@@ -60,29 +60,58 @@ SELECT 'order ' || id || ': cancelled for timeout at ' || strftime('%Y-%m-%dT%H:
 FROM lapse_orders WHERE status = 'CANCELLED' AND cancel_reason = 'timeout' AND cancelled_at < cancel_after;
 
 -- name: refund_matches_payments
--- refund_required exactly when an attempt's success is money to give back.
+-- refund_required exactly when an attempt's success is money to give back:
+-- REFUND_REQUIRED. A REFUNDED attempt's money went back: it owes nothing.
 SELECT 'order ' || o.id || ' (' || o.status || '): refund_required ' || o.refund_required
-       || ', payments to refund ' || COUNT(p.payment_id) AS detail
+       || ', payments to refund ' || COUNT(p.payment_id)
+       || ', refunded ' || (SELECT COUNT(*) FROM lapse_payments r WHERE r.order_id = o.id AND r.status = 'REFUNDED') AS detail
 FROM lapse_orders o LEFT JOIN lapse_payments p ON p.order_id = o.id AND p.status = 'REFUND_REQUIRED'
 GROUP BY o.id, o.status, o.refund_required
 HAVING (o.refund_required != 0) != (COUNT(p.payment_id) > 0);
 
+-- name: refunds_match_attempts
+-- Every REFUNDED attempt has a DONE refund (an operator's refund too:
+-- manual), and every DONE refund's attempt is REFUNDED.
+SELECT 'payment ' || p.payment_id || ' of order ' || p.order_id || ': attempt REFUNDED, refund '
+       || COALESCE(r.status, 'missing') AS detail
+FROM lapse_payments p LEFT JOIN lapse_refunds r ON r.payment_id = p.payment_id
+WHERE p.status = 'REFUNDED' AND (r.status IS NULL OR r.status != 'DONE' OR r.order_id != p.order_id)
+UNION ALL
+SELECT 'payment ' || r.payment_id || ' of order ' || r.order_id || ': refund DONE, attempt '
+       || COALESCE(p.status, 'missing') AS detail
+FROM lapse_refunds r LEFT JOIN lapse_payments p ON p.payment_id = r.payment_id AND p.order_id = r.order_id
+WHERE r.status = 'DONE' AND (p.status IS NULL OR p.status != 'REFUNDED');
+
+-- name: warn_refunds_not_done
+-- DEAD refunds (money still owed: an operator retries them, or refunds
+-- outside lapse and marks them refunded), and PENDING ones older than the
+-- allowed lag.
+SELECT 'refund of payment ' || payment_id || ' (order ' || order_id || ', ' || amount_cents || ' ' || currency || '): '
+       || status || ' after ' || attempts || ' attempts, written ' || (?1 - created_at) || ' ms ago'
+       || CASE WHEN last_error != '' THEN '; last error: ' || last_error ELSE '' END AS detail
+FROM lapse_refunds
+WHERE status = 'DEAD' OR (status = 'PENDING' AND since + ?2 < ?1);
+
 -- name: events_once_per_transition
 -- order.created once per order, order.paid once per PAID order, order.cancelled
--- once per CANCELLED order, order.refund_required once per payment to give back, and none elsewhere.
+-- once per CANCELLED order, order.refund_required once per payment to give back
+-- (REFUND_REQUIRED, or REFUNDED since), order.refunded once per REFUNDED
+-- payment, and none elsewhere.
 -- order.extended (a deadline moved) may come any number of times: it is not counted.
 SELECT 'order ' || o.id || ' (' || o.status || '): created ' || COALESCE(e.created, 0) || ', paid '
        || COALESCE(e.paid, 0) || ', cancelled ' || COALESCE(e.cancelled, 0) || ', refund_required '
-       || COALESCE(e.refund, 0) AS detail
+       || COALESCE(e.refund, 0) || ', refunded ' || COALESCE(e.refunded, 0) AS detail
 FROM lapse_orders o
 LEFT JOIN (SELECT order_id,
                   SUM(type = 'order.created') AS created, SUM(type = 'order.paid') AS paid,
-                  SUM(type = 'order.cancelled') AS cancelled, SUM(type = 'order.refund_required') AS refund
+                  SUM(type = 'order.cancelled') AS cancelled, SUM(type = 'order.refund_required') AS refund,
+                  SUM(type = 'order.refunded') AS refunded
            FROM lapse_outbox GROUP BY order_id) e ON e.order_id = o.id
 WHERE COALESCE(e.created, 0) != 1
    OR COALESCE(e.paid, 0) != (o.status = 'PAID')
    OR COALESCE(e.cancelled, 0) != (o.status = 'CANCELLED')
-   OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM lapse_payments p WHERE p.order_id = o.id AND p.status = 'REFUND_REQUIRED');
+   OR COALESCE(e.refund, 0) != (SELECT COUNT(*) FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('REFUND_REQUIRED', 'REFUNDED'))
+   OR COALESCE(e.refunded, 0) != (SELECT COUNT(*) FROM lapse_payments p WHERE p.order_id = o.id AND p.status = 'REFUNDED');
 
 -- name: paid_by_its_attempt
 -- A PAID order's paying attempt is SUCCEEDED with the order's amount and

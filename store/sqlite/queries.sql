@@ -103,7 +103,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 UPDATE lapse_orders SET status = 'PAID', paid_at = ?2, payment_id = ?3, version = version + 1
 WHERE id = ?1 AND status IN ('PENDING', 'PAYING') AND amount_cents = ?4 AND (?5 = '' OR currency = ?5)
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?1
-                  AND ((p.payment_id = ?3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED'))
+                  AND ((p.payment_id = ?3 AND p.status IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED'))
                     OR (p.payment_id != ?3 AND p.status = 'PENDING')))
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
           cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
@@ -362,7 +362,7 @@ VALUES (?1, ?2, ?3, ?4, ?6, ?5, ?5)
 ON CONFLICT (order_id, payment_id) DO UPDATE SET
     status = excluded.status, amount_cents = excluded.amount_cents, currency = excluded.currency,
     updated_at = excluded.updated_at
-WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED');
+WHERE lapse_payments.status NOT IN ('SUCCEEDED', 'REFUND_REQUIRED', 'REFUNDED');
 
 -- name: note_conflict
 -- ?1 order id, ?2 payment id: a report that disagreed with how the attempt ended.
@@ -670,3 +670,85 @@ DELETE FROM lapse_order_commands WHERE status = 'DEAD' AND (?2 OR id IN (SELECT 
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM lapse_order_commands WHERE status <> 'DONE';
+
+-- Refunds (store.Refunds; migration 012). The columns every refund query
+-- returns: payment_id, order_id, amount_cents, currency, status, attempts,
+-- failures, next_at, since, created_at, done_at, dead_at, last_error,
+-- refund_id, manual, note, actor.
+
+-- name: insert_refund
+-- ?1 payment id, ?2 order id, ?3 amount, ?4 currency, ?5 now. A refund the
+-- payment has already is left as it is.
+INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, next_at, since, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5)
+ON CONFLICT (payment_id) DO NOTHING;
+
+-- name: claim_refunds
+-- claim_tasks's twin, through lapse_refunds_due. ?1 now, ?2 the lease's
+-- end, ?3 batch size. One writer: no row is held by another claim.
+UPDATE lapse_refunds SET next_at = ?2, attempts = attempts + 1
+WHERE payment_id IN (SELECT payment_id FROM lapse_refunds WHERE status = 'PENDING' AND next_at <= ?1 ORDER BY next_at LIMIT ?3)
+RETURNING payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+          created_at, done_at, dead_at, last_error, refund_id, manual, note, actor;
+
+-- name: settle_refund
+-- ?1 payment id, ?2 the claim's attempts, ?3 the new status, ?4 now, ?5 when
+-- it is due again, ?6 the gateway's refund id, ?7 the error. Anything but
+-- DONE counts a failure.
+UPDATE lapse_refunds SET status = ?3, next_at = ?5, last_error = ?7,
+    refund_id = CASE WHEN ?3 = 'DONE' THEN ?6 ELSE refund_id END,
+    failures = failures + CASE WHEN ?3 = 'DONE' THEN 0 ELSE 1 END,
+    done_at = CASE WHEN ?3 = 'DONE' THEN ?4 END,
+    dead_at = CASE WHEN ?3 = 'DEAD' THEN ?4 END
+WHERE payment_id = ?1 AND attempts = ?2 AND status = 'PENDING';
+
+-- name: record_refunded
+-- An operator's refund: ?1 payment id, ?2 order id, ?3 amount, ?4
+-- currency, ?5 now, ?6 the refund id, ?7 manual, ?8 note, ?9 actor. The
+-- row is written DONE, or becomes DONE whatever its status.
+INSERT INTO lapse_refunds (payment_id, order_id, amount_cents, currency, status, next_at, since, created_at,
+                           done_at, refund_id, manual, note, actor)
+VALUES (?1, ?2, ?3, ?4, 'DONE', ?5, ?5, ?5, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (payment_id) DO UPDATE SET status = 'DONE', done_at = ?5, dead_at = NULL, next_at = ?5,
+    refund_id = ?6, manual = ?7, note = ?8, actor = ?9;
+
+-- name: refund_payment
+-- ?1 order id, ?2 payment id, ?3 now: money owed back was given back.
+UPDATE lapse_payments SET status = 'REFUNDED', updated_at = ?3
+WHERE order_id = ?1 AND payment_id = ?2 AND status = 'REFUND_REQUIRED';
+
+-- name: clear_refund_required
+-- ?1 id: once no attempt of the order owes money.
+UPDATE lapse_orders SET refund_required = 0, version = version + 1
+WHERE id = ?1 AND refund_required <> 0
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = ?1 AND p.status = 'REFUND_REQUIRED')
+RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
+          cancelled_at, cancel_reason, payment_id, refund_required, payment_attempts, version, reservation_id;
+
+-- name: get_refund
+SELECT payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, last_error, refund_id, manual, note, actor
+FROM lapse_refunds WHERE payment_id = ?1;
+
+-- name: list_refunds
+-- list_tasks's twin: ?1 1 for DEAD only, ?2 an order id ('' for any: the
+-- refunds not DONE), ?3 the cursor (a payment id), ?4 limit.
+SELECT payment_id, order_id, amount_cents, currency, status, attempts, failures, next_at, since,
+       created_at, done_at, dead_at, last_error, refund_id, manual, note, actor
+FROM lapse_refunds
+WHERE CASE WHEN ?2 <> '' THEN order_id = ?2
+           WHEN ?1 THEN status = 'DEAD'
+           ELSE status <> 'DONE' END
+  AND payment_id > ?3
+ORDER BY payment_id
+LIMIT ?4;
+
+-- name: retry_refunds
+-- ?1 now, ?2 a JSON array of payment ids, ?3 1 for every DEAD refund.
+UPDATE lapse_refunds SET status = 'PENDING', next_at = ?1, since = ?1, failures = 0, dead_at = NULL
+WHERE status = 'DEAD' AND (?3 OR payment_id IN (SELECT value FROM json_each(?2)));
+
+-- name: refund_stats
+SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
+       MIN(CASE WHEN status = 'PENDING' THEN created_at END)
+FROM lapse_refunds WHERE status <> 'DONE';

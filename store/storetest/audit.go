@@ -14,6 +14,10 @@ import (
 type Corruption struct {
 	Check string
 	SQL   string
+	// Name is the subtest's, when two corruptions break one check (the
+	// default, Check, would repeat: a subtest name Go suffixes with "#01",
+	// which a SQLite file: URI reads as a fragment).
+	Name string
 	// Warning: Check is a warning (warn_… in the audit file); what SQL
 	// plants must show under it, and need not fail the audit.
 	Warning bool
@@ -27,7 +31,11 @@ type Exec func(t *testing.T, s store.Store, sql string)
 // name with at least one example (or, for a warning, shows under it).
 func AuditCatches(t *testing.T, newStore Factory, exec Exec, corruptions []Corruption) {
 	for _, c := range corruptions {
-		t.Run(c.Check, func(t *testing.T) {
+		name := c.Check
+		if c.Name != "" {
+			name = c.Name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t, clock.Real{})
 			ctx := context.Background()

@@ -39,6 +39,7 @@ const (
 // Exercise runs the whole suite.
 func Exercise(t *testing.T, newStore Factory) {
 	exerciseCommands(t, newStore)
+	exerciseRefunds(t, newStore)
 	t.Run("every status and action follows the transition table", func(t *testing.T) { testTransitionTable(t, newStore) })
 	t.Run("create reserves every item or nothing", func(t *testing.T) { testCreateAllOrNothing(t, newStore) })
 	t.Run("create refuses a duplicate id", func(t *testing.T) { testDuplicateID(t, newStore) })
