@@ -44,7 +44,7 @@ func (s *Service) CheckPayment(ctx context.Context, id string) (PaymentCheck, er
 	cancel()
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
-		return PaymentCheck{}, fmt.Errorf("lapse: query the gateway about order %s: %w", id, err)
+		return PaymentCheck{}, fmt.Errorf("lapse: query the gateway about order %s: %w: %w", id, ErrGateway, err)
 	}
 	s.metrics.gatewayChecks.WithLabelValues(string(st.State)).Inc()
 	res := PaymentCheck{Gateway: st, Order: o}

@@ -141,6 +141,26 @@ func (c *checker) start(id string, ch *check, delay time.Duration) {
 
 // check applies the rules once; it returns when to ask again, if at all.
 func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duration, bool) {
+	next, again, _, _ := c.checkOnce(ctx, id, ch)
+	return next, again
+}
+
+// checkNow runs the deadline's check of an order once, at once, in the
+// caller's goroutine (Service.CheckNow): the gateway's answer, and the
+// query's error. An answer that leaves the order to be asked again
+// (PENDING, a failed close) hands it to the background checks, which go on
+// with their backoff.
+func (c *checker) checkNow(ctx context.Context, id string) (payment.Status, error) {
+	_, again, st, err := c.checkOnce(ctx, id, &check{})
+	if again {
+		c.enqueue(id)
+	}
+	return st, err
+}
+
+// checkOnce is check, which also returns the gateway's answer and the
+// query's error (logged and counted here either way).
+func (c *checker) checkOnce(ctx context.Context, id string, ch *check) (time.Duration, bool, payment.Status, error) {
 	s := c.s
 	retry := timer.Backoff(ch.attempt + 1)
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
@@ -150,8 +170,16 @@ func (c *checker) check(ctx context.Context, id string, ch *check) (time.Duratio
 	if err != nil {
 		s.metrics.gatewayChecks.WithLabelValues("error").Inc()
 		s.log.Warn("gateway query failed; not cancelling, asking again later", "order_id", id, "retry_in", retry, "err", err)
-		return retry, true
+		return retry, true, st, err
 	}
+	next, again := c.apply(ctx, id, ch, ans, st, closeOpen, unknown, retry)
+	return next, again, st, nil
+}
+
+// apply applies the rules to an answer the gateway gave.
+func (c *checker) apply(ctx context.Context, id string, ch *check, ans answer, st payment.Status, closeOpen func(context.Context) error,
+	unknown []string, retry time.Duration) (time.Duration, bool) {
+	s := c.s
 	if len(unknown) > 0 && st.State == payment.StatePending {
 		return c.unknownPayment(ctx, id, ch, st, closeOpen, unknown, retry)
 	}

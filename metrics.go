@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		created:  prometheus.NewCounter(prometheus.CounterOpts{Name: "lapse_orders_created_total", Help: "Orders created."}),
 		paid:     prometheus.NewCounter(prometheus.CounterOpts{Name: "lapse_orders_paid_total", Help: "Orders moved to PAID."}),
 		cancelled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lapse_orders_cancelled_total", Help: "Orders cancelled, by reason (timeout, buyer).",
+			Name: "lapse_orders_cancelled_total", Help: "Orders cancelled, by reason (timeout, buyer, operator).",
 		}, []string{"reason"}),
 		refundRequired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_refund_required_total",

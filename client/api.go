@@ -145,8 +145,66 @@ func (c *Client) Pay(ctx context.Context, id, paymentID string) (order.Order, er
 func (c *Client) Cancel(ctx context.Context, id string) (order.Order, error) {
 	var o order.Order
 	err := c.do(ctx, call{op: "POST /v1/orders/" + url.PathEscape(id) + "/cancel", want: http.StatusOK, out: &o,
-		send: func(ctx context.Context) (*http.Response, error) { return c.gen.CancelOrder(ctx, id) }})
+		send: func(ctx context.Context) (*http.Response, error) {
+			// No body, as ever: the buyer's cancel.
+			return c.gen.CancelOrderWithBody(ctx, id, "", nil, func(_ context.Context, r *http.Request) error {
+				r.Header.Del("Content-Type")
+				return nil
+			})
+		}})
 	return o, err
+}
+
+// OperatorCancel is how an operator cancels an order (CancelAsOperator).
+type OperatorCancel struct {
+	// NoClose skips closing the trade at the gateway: the operator
+	// acknowledges it was closed by hand.
+	NoClose bool
+}
+
+// CancelAsOperator is an operator's cancel of a PENDING or PAYING order,
+// past its deadline or not: POST /v1/orders/{id}/cancel with {"reason":
+// "operator", "force": true}. The server closes the order's trades at the
+// gateway first and cancels only if every close succeeded, unless
+// NoClose. Errors (nothing changed): 409 order_not_open, already_paid (the
+// close found the trade paid: the payment is recorded), no_gateway,
+// order_service_owns_status; 502 close_failed. Not retried.
+func (c *Client) CancelAsOperator(ctx context.Context, id string, oc OperatorCancel) (order.Order, error) {
+	var o order.Order
+	reason, force := gen.CancelOrderJSONBodyReasonOperator, true
+	body := gen.CancelOrderJSONRequestBody{Reason: &reason, Force: &force}
+	if oc.NoClose {
+		body.NoClose = &oc.NoClose
+	}
+	err := c.do(ctx, call{op: "POST /v1/orders/" + url.PathEscape(id) + "/cancel", want: http.StatusOK, out: &o,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.CancelOrder(ctx, id, body) }})
+	return o, err
+}
+
+// GatewayAnswer is what a payment gateway said about an order.
+type GatewayAnswer struct {
+	State       string `json:"state"` // PAID, NOT_PAID, PENDING, CLOSED
+	PaymentID   string `json:"payment_id,omitempty"`
+	AmountCents int64  `json:"amount_cents,omitempty"`
+	Currency    string `json:"currency,omitempty"`
+}
+
+// PaymentCheck is the answer of Check.
+type PaymentCheck struct {
+	Gateway GatewayAnswer `json:"gateway"`
+	Order   order.Order   `json:"order"`
+}
+
+// Check runs the gateway check of a PAYING order (or a PENDING one with a
+// payment attempt) now: POST /v1/orders/{id}/check. Past its deadline the
+// check's rules apply (PAID recorded, NOT_PAID closed and cancelled);
+// before it the gateway is only asked. Errors: 409 order_not_checkable,
+// no_gateway; 502 gateway_unavailable. Not retried.
+func (c *Client) Check(ctx context.Context, id string) (PaymentCheck, error) {
+	var pc PaymentCheck
+	err := c.do(ctx, call{op: "POST /v1/orders/" + url.PathEscape(id) + "/check", want: http.StatusOK, out: &pc,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.CheckOrder(ctx, id) }})
+	return pc, err
 }
 
 // Extend moves the deadline of a PENDING order to expiresAt, later or

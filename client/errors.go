@@ -65,6 +65,14 @@ const (
 	CodeTimeout              = "timeout"
 	CodeReservationUnknown   = "reservation_unknown"
 	CodeNotReady             = "not_ready"
+	// The operator's actions (CancelAsOperator, Check).
+	CodeOrderNotOpen           = "order_not_open"
+	CodeOrderNotCheckable      = "order_not_checkable"
+	CodeNoGateway              = "no_gateway"
+	CodeAlreadyPaid            = "already_paid"
+	CodeCloseFailed            = "close_failed"
+	CodeGatewayUnavailable     = "gateway_unavailable"
+	CodeOrderServiceOwnsStatus = "order_service_owns_status"
 )
 
 // Sentinels for errors.Is. ErrNotFound matches any 404 (order_not_found,

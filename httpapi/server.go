@@ -105,6 +105,7 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("POST /v1/orders/{id}/pay", noBody, s.pay)
 	v1("POST /v1/orders/{id}/cancel", noBody, s.cancel)
 	v1("POST /v1/orders/{id}/extend", takesBody, s.extend)
+	v1("POST /v1/orders/{id}/check", noBody, s.check)
 	v1("PUT /v1/skus/{sku}", takesBody, s.setStock)
 	v1("GET /v1/skus/{sku}", noBody, s.getSKU)
 	v1("GET /v1/events", noBody, s.listEvents)
@@ -252,6 +253,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var refused *lapse.ReservationError
 	switch {
 	case errors.As(err, &ae):
+	case operatorError(err) != nil:
+		ae = operatorError(err)
 	case errors.As(err, &tooBig):
 		ae = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 1 MiB"}
 	case errors.As(err, &inv):
@@ -443,18 +446,6 @@ func (a payAnswer) MarshalJSON() ([]byte, error) {
 	// b is the order's object, never empty: its last byte is the '}'.
 	b = append(b[:len(b)-1], `,"pay_before":`...)
 	return append(append(b, pb...), '}'), nil
-}
-
-func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathText(r, "id")
-	if err != nil {
-		return err
-	}
-	o, err := s.svc.Cancel(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, o)
 }
 
 // extend moves the deadline of a PENDING order (lapse.Service.Extend).

@@ -71,6 +71,8 @@ type envConfig struct {
 	// its commands sent as Commands says.
 	OrderService ordersvc.Client
 	Commands     ordersvc.DispatcherConfig
+	// Gateway, when set, is the payment gateway (lapse.Config.Gateway).
+	Gateway payment.Gateway
 }
 
 type env struct {
@@ -117,7 +119,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	svc, err := lapse.New(lapse.Config{
 		Store: st, Scheduler: memory.New(memory.Config{}), Grace: cfg.Grace, Logger: discard, Inventory: cfg.Inventory,
 		Tasks:        inventory.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond},
-		OrderService: cfg.OrderService, Commands: cfg.Commands,
+		OrderService: cfg.OrderService, Commands: cfg.Commands, Gateway: cfg.Gateway,
 	})
 	if err != nil {
 		t.Fatalf("lapse.New: %v", err)
@@ -335,8 +337,8 @@ func checkOrder(t *testing.T, raw []byte) order.Order {
 	if hasCancelled != (o.Status == order.Cancelled) || hasReason != (o.Status == order.Cancelled) {
 		t.Errorf("order %s: status %s, cancelled_at present %v, cancel_reason present %v", o.ID, o.Status, hasCancelled, hasReason)
 	}
-	if hasReason && o.CancelReason != order.ReasonTimeout && o.CancelReason != order.ReasonBuyer {
-		t.Errorf("order %s: cancel_reason %q, want timeout or buyer", o.ID, o.CancelReason)
+	if hasReason && o.CancelReason != order.ReasonTimeout && o.CancelReason != order.ReasonBuyer && o.CancelReason != order.ReasonOperator {
+		t.Errorf("order %s: cancel_reason %q, want timeout, buyer or operator", o.ID, o.CancelReason)
 	}
 	if !o.Status.Valid() {
 		t.Errorf("order %s: status %q", o.ID, o.Status)

@@ -46,6 +46,11 @@ type CancelReason string
 const (
 	ReasonTimeout CancelReason = "timeout"
 	ReasonBuyer   CancelReason = "buyer"
+	// ReasonOperator: a person cancelled the order (POST
+	// /v1/orders/{id}/cancel with "reason": "operator"), PENDING or PAYING,
+	// past its deadline or not, after its trade was closed at the gateway
+	// or with an acknowledgement that it was closed by hand.
+	ReasonOperator CancelReason = "operator"
 )
 
 // Item is one line of an order: a quantity of one SKU.

@@ -438,6 +438,12 @@ type CancelDueParams struct {
 	// tell which commands it wrote (MySQL: no RETURNING) claims none: they
 	// are due at once, for the dispatchers.
 	CommandLease time.Duration
+	// Reason is the cancel_reason the batch writes: order.ReasonTimeout
+	// when empty. order.ReasonOperator is an operator's cancel: only with
+	// IDs and Confirmed, never with Command, and the deadline does not bind
+	// (PENDING and PAYING orders are cancelled whatever their cancel_after:
+	// an operator decides). Any other reason is ErrInvalid.
+	Reason order.CancelReason
 	// Why, when set, says why the orders were cancelled beyond their
 	// cancel_reason (payment_unknown: the gateway never knew the attempt);
 	// their order.cancelled events carry it as cancel_detail.

@@ -387,7 +387,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	shot("orders")
 	run("dead events", chromedp.Navigate(f.open+"/ui/events?dead=1"), chromedp.WaitVisible(css("#events")))
-	if n := count("#events tbody tr a"); n != 2 {
+	if n := count(`#events tbody tr a[href^="/ui/orders/"]`); n != 2 {
 		t.Errorf("dead events listed: %d, want 2", n)
 	}
 	run("dead tasks", chromedp.Navigate(f.open+"/ui/tasks?dead=1"), chromedp.WaitVisible(css("#tasks")))

@@ -127,7 +127,7 @@ func TestCommandsDashboardInBrowser(t *testing.T) {
 	}
 
 	run("dead commands", chromedp.Click(chromedp.CSS(`#commands [data-command="dead"]`)), chromedp.WaitVisible(chromedp.CSS("table#commands")))
-	if n := count("#commands tbody tr a"); n != 1 {
+	if n := count(`#commands tbody tr a[href^="/ui/orders/"]`); n != 1 {
 		t.Fatalf("dead commands listed: %d, want 1", n)
 	}
 	if got := text("#commands tbody tr"); !strings.Contains(got, "w-gone") || !strings.Contains(got, "not_found") ||
@@ -135,7 +135,7 @@ func TestCommandsDashboardInBrowser(t *testing.T) {
 		t.Errorf("the dead command's row: %q", got)
 	}
 	run("open commands", chromedp.Navigate(open+"/ui/commands"), chromedp.WaitVisible(chromedp.CSS("table#commands")))
-	if n := count("#commands tbody tr a"); n != 2 {
+	if n := count(`#commands tbody tr a[href^="/ui/orders/"]`); n != 2 {
 		t.Errorf("commands not DONE listed: %d, want 2", n)
 	}
 	run("the order", chromedp.Navigate(open+"/ui/orders/w-gone"), chromedp.WaitVisible(chromedp.CSS("table#commands")))
@@ -150,6 +150,28 @@ func TestCommandsDashboardInBrowser(t *testing.T) {
 	}
 	if n := count(`nav a[href="/ui/commands?dead=1"]`); n != 1 {
 		t.Errorf("nav links to the dead commands: %d", n)
+	}
+
+	// The dead command sent again from its row, once the order service
+	// knows the order: its answer cancels it.
+	rcv.Set("w-gone", ordersvctest.Pending)
+	run("retry a dead command: confirmation", chromedp.Navigate(open+"/ui/commands?dead=1"), chromedp.WaitVisible(chromedp.CSS("table#commands")),
+		chromedp.Click(chromedp.CSS("#commands tbody tr a.retry")), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	if cs, err := svc.Store().CommandStats(ctx); err != nil || cs.Dead != 1 {
+		t.Fatalf("before the confirmation: %+v, %v", cs, err)
+	}
+	run("retry a dead command: confirmed", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if got := text("#flash"); !strings.Contains(got, "Sent again") {
+		t.Errorf("the flash after the retry: %q", got)
+	}
+	eventually(t, "w-gone cancelled after the retry", func() (bool, error) {
+		o, err := svc.Get(ctx, "w-gone")
+		return o.Status == order.Cancelled, err
+	})
+	run("retry all dead commands, none left", chromedp.Navigate(open+"/ui/commands/retry?all=1"), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	if got := text("#flash"); !strings.Contains(got, "Nothing was sent again") {
+		t.Errorf("the flash after retrying none: %q", got)
 	}
 }
 

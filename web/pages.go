@@ -498,12 +498,21 @@ type orderView struct {
 	Order order.Order
 	// Payment is the payment id a search found the order by: its attempt
 	// is marked.
-	Payment    string
-	Timeline   []timelineEntry
-	CanCancel  bool
-	CanCheck   bool
-	Check      *lapse.PaymentCheck
-	CheckError string
+	Payment   string
+	Timeline  []timelineEntry
+	CanCancel bool
+	CanCheck  bool
+	// The operator's actions (operator.go).
+	CanForceCheck, CanExtend, CanOperatorCancel bool
+	Check                                       *lapse.PaymentCheck
+	CheckError                                  string
+}
+
+// setActions sets which actions v's order page offers.
+func (h *Handler) setActions(v *orderView) {
+	o, now := v.Order, h.now()
+	v.CanCancel, v.CanCheck = o.Status == order.Pending, h.svc.HasGateway()
+	v.CanForceCheck, v.CanExtend, v.CanOperatorCancel = canForceCheck(h.svc, o), canExtend(o, now), canOperatorCancel(h.svc, o, now)
 }
 
 func (h *Handler) loadOrder(ctx context.Context, id string) (order.Order, error) {
@@ -527,8 +536,8 @@ func (h *Handler) order(w http.ResponseWriter, r *http.Request, s session) error
 	if err != nil {
 		return err
 	}
-	v := orderView{base: h.base(r, s, "Order"), Order: o, Timeline: timeline(o, evs), Payment: r.URL.Query().Get("payment"),
-		CanCancel: o.Status == order.Pending, CanCheck: h.svc.HasGateway()}
+	v := orderView{base: h.base(r, s, "Order"), Order: o, Timeline: timeline(o, evs), Payment: r.URL.Query().Get("payment")}
+	h.setActions(&v)
 	v.Title = "Order " + o.ID
 	return h.render(w, "order", v)
 }
@@ -584,8 +593,11 @@ type confirmView struct {
 }
 
 var actions = map[string]struct{ verb, what string }{
-	"cancel": {"Cancel the order", "The buyer's cancel: the order becomes CANCELLED and its stock is released at once. Only a PENDING order can be cancelled."},
-	"check":  {"Check the payment now", "Ask the payment gateway about this order now. A payment it reports is recorded (PAID, or refund_required if the order cannot be paid any more); any other answer changes nothing."},
+	"cancel":          {"Cancel the order", "The buyer's cancel: the order becomes CANCELLED and its stock is released at once. Only a PENDING order can be cancelled."},
+	"check":           {"Check the payment now", "Ask the payment gateway about this order now. A payment it reports is recorded (PAID, or refund_required if the order cannot be paid any more); any other answer changes nothing."},
+	"force-check":     {"Run the gateway check now", "Run the check the order's deadline runs, at once. Past the deadline: a payment the gateway reports is recorded, an unpaid trade is closed at the gateway and the order cancelled, a closed one cancelled. Before it only the question is asked."},
+	"extend":          {"Extend the deadline", "Move the end of the payment window to this long from now (later or earlier); cancel_after moves with it, keeping the grace, and the order's timer follows."},
+	"operator-cancel": {"Cancel as operator", "Cancel this PAYING order, past its deadline, as an operator: it becomes CANCELLED with cancel_reason operator, its stock is released and its open payment attempts end FAILED. lapse first closes its trade at the gateway, and cancels only if the close succeeded; if you closed the trade by hand (the gateway cannot answer), say so below and lapse skips the close."},
 }
 
 func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s session) error {
@@ -624,7 +636,11 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 		}
 		http.Redirect(w, r, back+"?done=cancelled", http.StatusSeeOther)
 		return nil
-	case "check":
+	case "extend":
+		return h.extend(w, r, s, id, back)
+	case "operator-cancel":
+		return h.operatorCancel(w, r, s, id, back)
+	case "check", "force-check":
 		o, err := h.loadOrder(r.Context(), id)
 		if errors.Is(err, errNotFound) {
 			h.fail(w, r, s, http.StatusNotFound, "no such order")
@@ -634,7 +650,11 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 			return err
 		}
 		v := orderView{base: h.base(r, s, "Order"), CanCheck: h.svc.HasGateway()}
-		res, err := h.svc.CheckPayment(r.Context(), id)
+		check := h.svc.CheckPayment
+		if action == "force-check" {
+			check = h.svc.CheckNow
+		}
+		res, err := check(r.Context(), id)
 		if err != nil {
 			h.log.Warn("dashboard payment check", "order_id", id, "err", err)
 			v.CheckError = "the gateway could not be asked: " + err.Error()
@@ -645,7 +665,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 		if err != nil {
 			return err
 		}
-		v.Order, v.Timeline, v.CanCancel = o, timeline(o, evs), o.Status == order.Pending
+		v.Order, v.Timeline = o, timeline(o, evs)
+		h.setActions(&v)
 		v.Title = "Order " + o.ID
 		return h.render(w, "order", v)
 	}

@@ -161,6 +161,10 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /ui/tasks", h.tasks)
 	page("GET /ui/hook-failures", h.hookFailures)
 	page("GET /ui/commands", h.commands)
+	for _, kind := range []string{"events", "tasks", "commands"} {
+		page("GET /ui/"+kind+"/retry", h.retryConfirm(kind))
+		page("POST /ui/"+kind+"/retry", h.retry(kind))
+	}
 	h.mux = mux
 	return h, nil
 }
@@ -341,11 +345,22 @@ func (h *Handler) base(r *http.Request, s session, title string) base {
 
 // flashes are the fixed messages a redirect after a form may ask for.
 var flashes = map[string]string{
-	"cancelled":   "The order was cancelled.",
-	"checked":     "The gateway was asked; see the result below.",
-	"audit":       "The audit ran; its result is below.",
-	"audit-busy":  "An audit is already running; its result will show here.",
-	"not-pending": "The order is not PENDING any more: nothing was cancelled.",
+	"cancelled":                 "The order was cancelled.",
+	"checked":                   "The gateway was asked; see the result below.",
+	"audit":                     "The audit ran; its result is below.",
+	"audit-busy":                "An audit is already running; its result will show here.",
+	"not-pending":               "The order is not PENDING any more: nothing was cancelled.",
+	"extended":                  "The order's deadline moved; its timer follows.",
+	"expired":                   "The order's payment window has closed: its deadline cannot move any more.",
+	"not-pending-extend":        "The order is not PENDING any more: its deadline did not move.",
+	"operator-cancelled":        "The order was cancelled as operator.",
+	"order-service-owns-status": "The order service owns this order's status: cancel it there. Nothing was changed.",
+	"not-open":                  "The order is neither PENDING nor PAYING any more: nothing was cancelled.",
+	"no-gateway":                "No payment gateway is configured: lapse cannot close the trade. Close it by hand, then cancel with that acknowledgement.",
+	"already-paid":              "Closing the trade found it paid: the payment is recorded and the order was not cancelled.",
+	"close-failed":              "Closing the trade at the gateway failed: nothing was changed. Try again, or close it by hand and cancel with that acknowledgement.",
+	"retried":                   "Sent again: the dead entries named are due now.",
+	"retried-none":              "Nothing was sent again: none of those is DEAD any more.",
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
@@ -375,7 +390,7 @@ func (h *Handler) execute(w http.ResponseWriter, name, part string, data any) er
 	return err
 }
 
-var pageNames = []string{"overview", "orders", "order", "confirm", "skus", "events", "tasks", "hookfailures", "commands", "login", "error"}
+var pageNames = []string{"overview", "orders", "order", "confirm", "retry", "skus", "events", "tasks", "hookfailures", "commands", "login", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

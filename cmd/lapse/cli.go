@@ -67,7 +67,8 @@ or --api-token-file (LAPSE_API_TOKEN, LAPSE_API_TOKEN_FILE) and --json. Exit sta
 		subs: []command{
 			{"get", "one order: its fields, payment attempts and stock tasks", runOrdersGet},
 			{"list", "orders, newest first (--status PENDING, PAYING, PAID or CANCELLED)", runOrdersList},
-			{"cancel", "the buyer's cancel of a PENDING order (its stock released at once)", runOrdersCancel},
+			{"cancel", "the buyer's cancel of a PENDING order (its stock released at once); with --force --reason operator, an operator's cancel of a PENDING or PAYING order, past its deadline or not: its trade is closed at the gateway first and the order cancelled only if the close succeeded (--no-close: you closed it by hand)", runOrdersCancel},
+			{"check", "run the gateway check of a PAYING order now (or a PENDING one with a payment attempt): past its deadline a payment is recorded, an unpaid trade closed and the order cancelled; before it the gateway is only asked", runOrdersCheck},
 			{"extend", "move a PENDING order's deadline, later or earlier: to the RFC 3339 time --expires-at T, or --timeout D (such as 30m) from now; its grace and timer follow", runOrdersExtend},
 		},
 	},

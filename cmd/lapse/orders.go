@@ -101,19 +101,74 @@ func runOrdersGet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func runOrdersCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("orders cancel", stderr)
 	f := addAPIFlags(fs, "the cancelled order as JSON instead of a table")
+	force := fs.Bool("force", false, "an operator's cancel (with --reason operator): a PENDING or PAYING order, past its deadline or not, its trade closed at the gateway first")
+	reason := fs.String("reason", "", "with --force: operator (the only reason an operator gives)")
+	noClose := fs.Bool("no-close", false, "with --force: do not close the trade at the gateway — you closed it by hand (or there is none)")
+	// One order's fate: never from the environment.
+	fs.commandLineOnly("force")
+	fs.commandLineOnly("reason")
+	fs.commandLineOnly("no-close")
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
+	}
+	switch {
+	case !*force && (*reason != "" || *noClose):
+		fmt.Fprintln(stderr, "lapse orders cancel: --reason and --no-close go with --force (an operator's cancel)")
+		return errUsage
+	case *force && *reason != string(order.ReasonOperator):
+		fmt.Fprintf(stderr, "lapse orders cancel: --force needs --reason operator, got %s\n", strconv.Quote(*reason))
+		return errUsage
 	}
 	c, err := f.client(stderr, "orders cancel")
 	if err != nil {
 		return err
 	}
-	o, err := c.Cancel(ctx, id)
+	var o order.Order
+	if *force {
+		o, err = c.CancelAsOperator(ctx, id, client.OperatorCancel{NoClose: *noClose})
+	} else {
+		o, err = c.Cancel(ctx, id)
+	}
 	if err != nil {
 		return apiFailure(err)
 	}
 	return writeOrder(stdout, o, *f.asJSON)
+}
+
+// runOrdersCheck is `lapse orders check ID`: the gateway check of a PAYING
+// order now (POST /v1/orders/{id}/check), what the gateway said, then the
+// order after it.
+func runOrdersCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("orders check", stderr)
+	f := addAPIFlags(fs, "the answer as JSON ({gateway, order}: POST /v1/orders/{id}/check's) instead of a table")
+	id, err := oneID(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := f.client(stderr, "orders check")
+	if err != nil {
+		return err
+	}
+	res, err := c.Check(ctx, id)
+	if err != nil {
+		return apiFailure(err)
+	}
+	if *f.asJSON {
+		return encodeJSON(stdout, res)
+	}
+	g := res.Gateway
+	said := "the gateway says " + cell(g.State)
+	if g.PaymentID != "" {
+		said += " (payment " + cell(g.PaymentID)
+		if g.AmountCents != 0 {
+			said += ", " + money.Format(g.AmountCents, cell(cmp.Or(g.Currency, res.Order.Currency)))
+		}
+		said += ")"
+	}
+	fmt.Fprintln(stdout, said)
+	fmt.Fprintln(stdout)
+	return writeOrder(stdout, res.Order, false)
 }
 
 func runOrdersExtend(ctx context.Context, args []string, stdout, stderr io.Writer) error {

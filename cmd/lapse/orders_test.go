@@ -176,3 +176,57 @@ func TestEventsTail(t *testing.T) {
 		t.Fatalf("events tail after SIGINT: %v\n%s", err, stderr.String())
 	}
 }
+
+// lapse orders check and lapse orders cancel --force on a server without a
+// gateway: both refuse what would ask or close at the gateway (exit 1 with
+// the API's code), --no-close cancels as operator; the flags that go
+// together are usage errors apart.
+func TestOrdersOperatorCommands(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, nil, "--store", "sqlite://"+filepath.Join(t.TempDir(), "lapse.db"))
+	c := s.api()
+	ctx := t.Context()
+	must(c.SetStock(ctx, "tee", 10))(t)
+	for _, id := range []string{"p1", "p2"} {
+		must(c.CreateOrder(ctx, client.CreateOrder{ID: id, Items: []order.Item{{SKU: "tee", Qty: 1}}, AmountCents: 500}))(t)
+	}
+	must(c.Pay(ctx, "p1", "pi_p1"))(t)
+	env := []string{"LAPSE_SERVER=" + s.url}
+	run := func(wantCode int, args ...string) string {
+		t.Helper()
+		out, code := lapseCmd(t, env, args...)
+		if code != wantCode {
+			t.Fatalf("lapse %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, wantCode, out)
+		}
+		return out
+	}
+	if out := run(1, "orders", "check", "p1"); !strings.Contains(out, "no_gateway: ") {
+		t.Fatalf("orders check without a gateway:\n%s", out)
+	}
+	if out := run(1, "orders", "check", "p2"); !strings.Contains(out, "no_gateway: ") {
+		t.Fatalf("orders check of a PENDING order without a gateway:\n%s", out)
+	}
+	if out := run(1, "orders", "cancel", "p1", "--force", "--reason", "operator"); !strings.Contains(out, "no_gateway: ") {
+		t.Fatalf("orders cancel --force without a gateway:\n%s", out)
+	}
+	if got := must(c.GetOrder(ctx, "p1"))(t); got.Status != order.Paying {
+		t.Fatalf("after the refusals: %s", got.Status)
+	}
+	out := run(0, "orders", "cancel", "p1", "--force", "--reason", "operator", "--no-close")
+	if !strings.Contains(out, "status            CANCELLED\n") || !strings.Contains(out, "(operator)") {
+		t.Fatalf("orders cancel --force --no-close:\n%s", out)
+	}
+	if out := run(1, "orders", "cancel", "p1", "--force", "--reason", "operator", "--no-close"); !strings.Contains(out, "order_not_open: ") {
+		t.Fatalf("orders cancel --force of a CANCELLED order:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"orders", "check"}, {"orders", "check", "a", "b"},
+		{"orders", "cancel", "p2", "--reason", "operator"}, {"orders", "cancel", "p2", "--no-close"},
+		{"orders", "cancel", "p2", "--force"}, {"orders", "cancel", "p2", "--force", "--reason", "buyer"},
+	} {
+		run(2, args...)
+	}
+	if got := must(c.GetOrder(ctx, "p2"))(t); got.Status != order.Pending {
+		t.Fatalf("after the usage errors: %s", got.Status)
+	}
+}

@@ -488,6 +488,12 @@ type CancelArgs struct {
 	// Confirmed also takes PAYING (and attempted) orders: the gateway
 	// confirmed their trades closed.
 	Confirmed bool
+	// Reason is the cancel_reason written (never empty: the core fills
+	// order.ReasonTimeout in).
+	Reason order.CancelReason
+	// Anytime: the deadline does not bind (an operator's cancel,
+	// store.CancelDueParams.Reason).
+	Anytime bool
 }
 
 // ClaimArgs is a claim of due orders for Executor.ClaimDue.

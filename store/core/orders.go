@@ -517,6 +517,9 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 	if len(p.IDs) == 0 && p.Claim <= 0 {
 		return store.CancelDueResult{}, nil, nil
 	}
+	if err := checkReason(p); err != nil {
+		return store.CancelDueResult{}, nil, err
+	}
 	ids := unique(p.IDs)
 	sorted := slices.Sorted(slices.Values(ids)) // the lock order of the batch
 	err = s.withTx(ctx, TxOptions{Urgent: true}, func(tx *Tx) error {
@@ -554,6 +557,32 @@ func (s *Store) cancelDueOnce(ctx context.Context, p store.CancelDueParams, oneB
 		return store.CancelDueResult{}, took, fmt.Errorf("cancel due batch of %d: %w", len(p.IDs), err)
 	}
 	return res, took, nil
+}
+
+// checkReason refuses a reason CancelDue does not write, or an operator's
+// cancel asked of anything but named orders whose trades are closed
+// (store.CancelDueParams.Reason).
+func checkReason(p store.CancelDueParams) error {
+	switch p.Reason {
+	case "", order.ReasonTimeout:
+		return nil
+	case order.ReasonOperator:
+		if len(p.IDs) == 0 || !p.Confirmed || p.Command {
+			return fmt.Errorf("an operator's cancel takes named orders, confirmed, never commanded: %w", store.ErrInvalid)
+		}
+		return nil
+	}
+	return fmt.Errorf("cancel reason %q: %w", p.Reason, store.ErrInvalid)
+}
+
+// cancelArgs is the executor's CancelArgs of a batch (ids in byte order).
+func cancelArgs(sorted []string, now time.Time, p store.CancelDueParams) CancelArgs {
+	reason := p.Reason
+	if reason == "" {
+		reason = order.ReasonTimeout
+	}
+	return CancelArgs{IDs: sorted, Now: now, SkipAttempted: p.SkipAttempted, Confirmed: p.Confirmed,
+		Reason: reason, Anytime: reason == order.ReasonOperator}
 }
 
 // commandDueIn is one transaction of CancelDue in order-service mode: the
@@ -612,7 +641,7 @@ func (s *Store) cancelDue(ctx context.Context, tx *Tx, sorted []string, p store.
 		var now time.Time
 		var err error
 		if len(sorted) > 0 {
-			done, now, err = dc.CancelDueClocked(ctx, CancelArgs{IDs: sorted, SkipAttempted: p.SkipAttempted, Confirmed: p.Confirmed})
+			done, now, err = dc.CancelDueClocked(ctx, cancelArgs(sorted, time.Time{}, p))
 		} else {
 			done, now, err = dc.ClaimDueClocked(ctx, ClaimArgs{Lag: max(p.Lag, 0), Limit: p.Claim, SkipAttempted: p.SkipAttempted})
 		}
@@ -628,7 +657,7 @@ func (s *Store) cancelDue(ctx context.Context, tx *Tx, sorted []string, p store.
 	}
 	var done []order.Order
 	if len(sorted) > 0 {
-		done, err = tx.CancelDue(ctx, CancelArgs{IDs: sorted, Now: now, SkipAttempted: p.SkipAttempted, Confirmed: p.Confirmed})
+		done, err = tx.CancelDue(ctx, cancelArgs(sorted, now, p))
 	} else {
 		done, err = tx.ClaimDue(ctx, ClaimArgs{Now: now, DueBy: dueBy(now, p.Lag), Limit: p.Claim, SkipAttempted: p.SkipAttempted})
 	}

@@ -24,7 +24,7 @@ func (e executor) CommandDue(ctx context.Context, a core.CancelArgs) ([]order.Or
 	if err != nil {
 		return nil, err
 	}
-	return e.moveLocked(ctx, "command_due", nil, a.Now, locked, a.Confirmed)
+	return e.moveLocked(ctx, "command_due", nil, locked, a.Now, a.Confirmed)
 }
 
 // ClaimCommandDue implements core.CommandExecutor: ClaimDue's claim, then
@@ -34,7 +34,7 @@ func (e executor) ClaimCommandDue(ctx context.Context, a core.ClaimArgs) ([]orde
 	if err != nil {
 		return nil, err
 	}
-	return e.moveLocked(ctx, "command_due", nil, a.Now, locked, false)
+	return e.moveLocked(ctx, "command_due", nil, locked, a.Now, false)
 }
 
 // InsertCommands implements core.CommandExecutor, maxList to a statement.

@@ -312,7 +312,7 @@ func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Ord
 	if err != nil {
 		return nil, err
 	}
-	return e.moveLocked(ctx, "cancel_due", []any{a.Now}, a.Now, locked, a.Confirmed)
+	return e.moveLocked(ctx, "cancel_due", []any{a.Now, string(a.Reason)}, locked, a.Now, a.Anytime, a.Confirmed)
 }
 
 // lockDue locks the orders of a batch that are due (lock_due), in id order.
@@ -320,7 +320,7 @@ func (e executor) lockDue(ctx context.Context, a core.CancelArgs) ([]string, err
 	var locked []string
 	for _, chunk := range chunks(a.IDs) {
 		ids, err := e.queryIDs(ctx, each(q.Get("lock_due"), len(chunk)),
-			args(nil, chunk, a.Now, a.Confirmed, a.SkipAttempted, a.Confirmed)...)
+			args(nil, chunk, a.Now, a.Anytime, a.Confirmed, a.SkipAttempted, a.Confirmed)...)
 		if err != nil {
 			return nil, fmt.Errorf("lock due orders: %w", err)
 		}
@@ -336,7 +336,7 @@ func (e executor) ClaimDue(ctx context.Context, a core.ClaimArgs) ([]order.Order
 	if err != nil {
 		return nil, err
 	}
-	return e.moveLocked(ctx, "cancel_due", []any{a.Now}, a.Now, locked, false)
+	return e.moveLocked(ctx, "cancel_due", []any{a.Now, string(order.ReasonTimeout)}, locked, a.Now, false, false)
 }
 
 // claimDue locks up to a.Limit due orders no other transaction holds: the
@@ -363,12 +363,12 @@ func (e executor) claimDue(ctx context.Context, a core.ClaimArgs) ([]string, err
 }
 
 // moveLocked runs the transition named (cancel_due, command_due: params
-// lead, the ids, now, confirmed) on the orders ids, which this transaction
+// lead, the ids, tail) on the orders ids, which this transaction
 // holds locked and found due, and reads them back, in the order of ids.
-func (e executor) moveLocked(ctx context.Context, name string, lead []any, now time.Time, ids []string, confirmed bool) ([]order.Order, error) {
+func (e executor) moveLocked(ctx context.Context, name string, lead []any, ids []string, tail ...any) ([]order.Order, error) {
 	var n int64
 	for _, chunk := range chunks(ids) {
-		k, err := e.affected(ctx, each(q.Get(name), len(chunk)), args(lead, chunk, now, confirmed)...)
+		k, err := e.affected(ctx, each(q.Get(name), len(chunk)), args(lead, chunk, tail...)...)
 		if err != nil {
 			return nil, err
 		}

@@ -233,13 +233,14 @@ UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 
 WHERE id = ? AND status = 'PENDING';
 
 -- name: lock_due
--- Timer batch, step 1. Params: the ids (sorted), now, confirmed, skip attempted,
+-- Timer batch, step 1. Params: the ids (sorted), now, anytime (1: the
+-- deadline does not bind, an operator's cancel), confirmed, skip attempted,
 -- confirmed; confirmed is true (1) when the gateway confirmed the trades closed
 -- (PAYING and attempted orders are cancelled too), skip attempted true to leave
 -- PENDING orders with a failed payment attempt alone. Locks exactly the orders
 -- the batch will cancel (READ COMMITTED releases the rows that do not match at once).
 SELECT id FROM lapse_orders
-WHERE id IN (/*each*/?) AND cancel_after <= ?
+WHERE id IN (/*each*/?) AND (cancel_after <= ? OR ? = 1)
   AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'))
   AND (? = 0 OR ? = 1 OR payment_attempts = 0)
 ORDER BY id
@@ -280,11 +281,12 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: cancel_due
 -- Step 2: the transition itself, for exactly the locked orders. Params: now,
--- the ids, now, confirmed (false for a claim). It repeats the status and time
--- guards, so it is correct on its own; its affected-row count must equal the
--- number of locked orders, which are then read back (get_orders).
-UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = 'timeout', version = version + 1
-WHERE id IN (/*each*/?) AND cancel_after <= ?
+-- the cancel_reason, the ids, now, anytime, confirmed (both false for a
+-- claim). It repeats the status and time guards, so it is correct on its
+-- own; its affected-row count must equal the number of locked orders, which
+-- are then read back (get_orders).
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?, cancel_reason = ?, version = version + 1
+WHERE id IN (/*each*/?) AND (cancel_after <= ? OR ? = 1)
   AND (status = 'PENDING' OR (? = 1 AND status = 'PAYING'));
 
 -- name: payment_checks

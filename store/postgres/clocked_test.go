@@ -220,3 +220,32 @@ func TestCancelEffectsRefusedAtCommitRollBack(t *testing.T) {
 		t.Fatalf("cancel once the ledger is clear: %+v %v", res, err)
 	}
 }
+
+// An operator's cancel takes the pipelined path too: an order an hour
+// before its deadline, PAYING, is cancelled with cancel_reason operator on
+// both paths; without the reason, the deadline binds.
+func TestPipelinedOperatorCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pipelined, _ := open(t, nil)
+	plain, _ := open(t, nil)
+	for name, s := range map[string]store.Store{"pipelined": pipelined, "general": plain.WithoutPipelinedCancel()} {
+		storetest.Stock(t, s, 10, "a")
+		if _, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "op", Items: []order.Item{{SKU: "a", Qty: 1}}, AmountCents: 100, Currency: "EUR", Timeout: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "op"}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"op"}, Confirmed: true}); err != nil || len(res.Cancelled) != 0 {
+			t.Fatalf("%s: a timeout's confirmed cancel an hour early: %+v, %v", name, res, err)
+		}
+		res, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"op"}, Confirmed: true, Reason: order.ReasonOperator})
+		if err != nil || len(res.Cancelled) != 1 {
+			t.Fatalf("%s: an operator's cancel: %+v, %v", name, res, err)
+		}
+		if o, err := s.GetOrder(ctx, "op"); err != nil || o.Status != order.Cancelled || o.CancelReason != order.ReasonOperator {
+			t.Errorf("%s: %s %q, %v", name, o.Status, o.CancelReason, err)
+		}
+	}
+}

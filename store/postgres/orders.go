@@ -262,7 +262,7 @@ func (e executor) BuyerCancel(ctx context.Context, id string, now time.Time) (or
 // CancelDue implements core.Executor. The items are read after the UPDATE,
 // of the orders it cancelled only.
 func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
-	return e.orders(ctx, "cancel_due", a.Now, a.IDs, a.SkipAttempted, a.Confirmed)
+	return e.orders(ctx, "cancel_due", a.Now, a.IDs, a.SkipAttempted, a.Confirmed, string(a.Reason), a.Anytime)
 }
 
 // ClaimDue implements core.Executor.
@@ -341,7 +341,7 @@ func (e executor) OrdersOfPayment(ctx context.Context, paymentID string) ([]stri
 // and the items of the orders it cancelled in one statement, sent in the
 // round trip of the transaction's BEGIN (pgTx).
 func (t txExecutor) CancelDueClocked(ctx context.Context, a core.CancelArgs) ([]order.Order, time.Time, error) {
-	return t.clocked(ctx, "cancel_due_clocked", a.IDs, a.SkipAttempted, a.Confirmed)
+	return t.clocked(ctx, "cancel_due_clocked", a.IDs, a.SkipAttempted, a.Confirmed, string(a.Reason), a.Anytime)
 }
 
 // ClaimDueClocked implements core.DueClockExecutor.

@@ -446,10 +446,11 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: cancel_due
 -- $1 now, $2 the ids of the batch, $3 true to leave orders with a failed
 -- payment attempt alone, $4 true when the gateway confirmed the trades closed
--- (PAYING and attempted orders are cancelled too).
-UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = 'timeout', version = version + 1
+-- (PAYING and attempted orders are cancelled too), $5 the cancel_reason, $6
+-- true when the deadline does not bind (an operator's cancel).
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = $1, cancel_reason = $5::text, version = version + 1
 WHERE id = ANY($2::text[])
-  AND cancel_after <= $1
+  AND (cancel_after <= $1 OR $6::boolean)
   AND (status = 'PENDING' OR ($4::boolean AND status = 'PAYING'))
   AND (NOT $3::boolean OR $4::boolean OR payment_attempts = 0)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,
@@ -485,7 +486,7 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- cancel_due with the clock folded in (core.DueClockExecutor): the statement
 -- reads the database's clock itself and returns it, with each cancelled
 -- order's items, so a timeout cancel's clock, UPDATE and items are one
--- statement. $1 the ids of the batch, $2 and $3 as cancel_due's $3 and $4.
+-- statement. $1 the ids of the batch, $2 to $5 as cancel_due's $3 to $6.
 -- The clock CTE is evaluated once (clock_timestamp() is volatile: the CTE is
 -- materialized), so every guard and cancelled_at of the batch compare
 -- against one now, as when the core reads it first. One row always comes:
@@ -493,9 +494,9 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- byte order, as get_items gives them.
 WITH clock AS MATERIALIZED (SELECT date_trunc('milliseconds', clock_timestamp()) AS now),
 done AS (
-  UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = 'timeout', version = version + 1
+  UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = (SELECT now FROM clock), cancel_reason = $4::text, version = version + 1
   WHERE id = ANY($1::text[])
-    AND cancel_after <= (SELECT now FROM clock)
+    AND (cancel_after <= (SELECT now FROM clock) OR $5::boolean)
     AND (status = 'PENDING' OR ($3::boolean AND status = 'PAYING'))
     AND (NOT $2::boolean OR $3::boolean OR payment_attempts = 0)
   RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,

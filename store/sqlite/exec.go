@@ -378,7 +378,7 @@ func flag(b bool) int {
 
 // CancelDue implements core.Executor.
 func (e executor) CancelDue(ctx context.Context, a core.CancelArgs) ([]order.Order, error) {
-	return e.orders(ctx, "cancel_due", ms(a.Now), jsonArray(a.IDs), flag(a.SkipAttempted), flag(a.Confirmed))
+	return e.orders(ctx, "cancel_due", ms(a.Now), jsonArray(a.IDs), flag(a.SkipAttempted), flag(a.Confirmed), string(a.Reason), flag(a.Anytime))
 }
 
 // ClaimDue implements core.Executor: SQLite has one writer, so the claim

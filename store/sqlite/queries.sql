@@ -147,10 +147,11 @@ RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_aft
 -- name: cancel_due
 -- ?1 now, ?2 JSON array of ids, ?3 1 to leave orders with a failed payment
 -- attempt alone, ?4 1 when the gateway confirmed the trades closed (PAYING
--- and attempted orders are cancelled too).
-UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = 'timeout', version = version + 1
+-- and attempted orders are cancelled too), ?5 the cancel_reason, ?6 1 when
+-- the deadline does not bind (an operator's cancel).
+UPDATE lapse_orders SET status = 'CANCELLED', cancelled_at = ?1, cancel_reason = ?5, version = version + 1
 WHERE id IN (SELECT value FROM json_each(?2))
-  AND cancel_after <= ?1
+  AND (cancel_after <= ?1 OR ?6 = 1)
   AND (status = 'PENDING' OR (?4 = 1 AND status = 'PAYING'))
   AND (?3 = 0 OR ?4 = 1 OR payment_attempts = 0)
 RETURNING id, status, amount_cents, currency, created_at, expires_at, cancel_after, paid_at,

@@ -52,6 +52,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("claim mode takes due orders earliest first, honouring lag", func(t *testing.T) { testClaim(t, newStore) })
 	t.Run("concurrent claimers never take the same order", func(t *testing.T) { testConcurrentClaim(t, newStore) })
 	t.Run("a confirmed cancel takes PAYING orders, only when due", func(t *testing.T) { testConfirmedCancel(t, newStore) })
+	t.Run("an operator's cancel takes PENDING and PAYING orders before their deadline, as operator", func(t *testing.T) { testOperatorCancel(t, newStore) })
 	t.Run("payment checks list PAYING and attempted orders past their deadline", func(t *testing.T) { testPaymentChecks(t, newStore) })
 	t.Run("a replayed callback changes nothing", func(t *testing.T) { testReplayedCallback(t, newStore) })
 	t.Run("payment starts and reports sent at once are answered as if alone", func(t *testing.T) { testPaymentsAtOnce(t, newStore) })

@@ -100,14 +100,17 @@ func (e HealthStatus) Valid() bool {
 
 // Defines values for OrderCancelReason.
 const (
-	OrderCancelReasonBuyer   OrderCancelReason = "buyer"
-	OrderCancelReasonTimeout OrderCancelReason = "timeout"
+	OrderCancelReasonBuyer    OrderCancelReason = "buyer"
+	OrderCancelReasonOperator OrderCancelReason = "operator"
+	OrderCancelReasonTimeout  OrderCancelReason = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the OrderCancelReason enum.
 func (e OrderCancelReason) Valid() bool {
 	switch e {
 	case OrderCancelReasonBuyer:
+		return true
+	case OrderCancelReasonOperator:
 		return true
 	case OrderCancelReasonTimeout:
 		return true
@@ -118,14 +121,17 @@ func (e OrderCancelReason) Valid() bool {
 
 // Defines values for PayAnswerCancelReason.
 const (
-	PayAnswerCancelReasonBuyer   PayAnswerCancelReason = "buyer"
-	PayAnswerCancelReasonTimeout PayAnswerCancelReason = "timeout"
+	PayAnswerCancelReasonBuyer    PayAnswerCancelReason = "buyer"
+	PayAnswerCancelReasonOperator PayAnswerCancelReason = "operator"
+	PayAnswerCancelReasonTimeout  PayAnswerCancelReason = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the PayAnswerCancelReason enum.
 func (e PayAnswerCancelReason) Valid() bool {
 	switch e {
 	case PayAnswerCancelReasonBuyer:
+		return true
+	case PayAnswerCancelReasonOperator:
 		return true
 	case PayAnswerCancelReasonTimeout:
 		return true
@@ -260,6 +266,45 @@ const (
 func (e RetryEventsJSONBodyDead) Valid() bool {
 	switch e {
 	case RetryEventsJSONBodyDeadTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelOrderJSONBodyReason.
+const (
+	CancelOrderJSONBodyReasonOperator CancelOrderJSONBodyReason = "operator"
+)
+
+// Valid indicates whether the value is a known member of the CancelOrderJSONBodyReason enum.
+func (e CancelOrderJSONBodyReason) Valid() bool {
+	switch e {
+	case CancelOrderJSONBodyReasonOperator:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CheckOrder200JSONResponseBodyGatewayState.
+const (
+	CheckOrder200JSONResponseBodyGatewayStateCLOSED  CheckOrder200JSONResponseBodyGatewayState = "CLOSED"
+	CheckOrder200JSONResponseBodyGatewayStateNOTPAID CheckOrder200JSONResponseBodyGatewayState = "NOT_PAID"
+	CheckOrder200JSONResponseBodyGatewayStatePAID    CheckOrder200JSONResponseBodyGatewayState = "PAID"
+	CheckOrder200JSONResponseBodyGatewayStatePENDING CheckOrder200JSONResponseBodyGatewayState = "PENDING"
+)
+
+// Valid indicates whether the value is a known member of the CheckOrder200JSONResponseBodyGatewayState enum.
+func (e CheckOrder200JSONResponseBodyGatewayState) Valid() bool {
+	switch e {
+	case CheckOrder200JSONResponseBodyGatewayStateCLOSED:
+		return true
+	case CheckOrder200JSONResponseBodyGatewayStateNOTPAID:
+		return true
+	case CheckOrder200JSONResponseBodyGatewayStatePAID:
+		return true
+	case CheckOrder200JSONResponseBodyGatewayStatePENDING:
 		return true
 	default:
 		return false
@@ -730,6 +775,24 @@ type CreateOrderParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// CancelOrderJSONBody defines parameters for CancelOrder.
+type CancelOrderJSONBody struct {
+	// Force must be true with reason operator
+	Force *bool `json:"force,omitempty"`
+
+	// NoClose skip closing the trade at the gateway: it was closed by hand
+	NoClose *bool `json:"no_close,omitempty"`
+
+	// Reason operator: an operator's cancel (with force: true)
+	Reason *CancelOrderJSONBodyReason `json:"reason,omitempty"`
+}
+
+// CancelOrderJSONBodyReason defines parameters for CancelOrder.
+type CancelOrderJSONBodyReason string
+
+// CheckOrder200JSONResponseBodyGatewayState defines parameters for CheckOrder.
+type CheckOrder200JSONResponseBodyGatewayState string
+
 // ExtendOrderJSONBody defines parameters for ExtendOrder.
 type ExtendOrderJSONBody struct {
 	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
@@ -823,6 +886,9 @@ type RetryEventsJSONRequestBody RetryEventsJSONBody
 
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody = CreateOrder
+
+// CancelOrderJSONRequestBody defines body for CancelOrder for application/json ContentType.
+type CancelOrderJSONRequestBody CancelOrderJSONBody
 
 // ExtendOrderJSONRequestBody defines body for ExtendOrder for application/json ContentType.
 type ExtendOrderJSONRequestBody ExtendOrderJSONBody
@@ -1406,10 +1472,60 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 	GetOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CancelOrder Buyer cancel of a PENDING order (stock released at once)
+	// CancelOrderWithBody Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+	//
+	// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+	// buyer, stock released at once (409 order_not_pending otherwise).
+	//
+	// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+	// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+	// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+	// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+	// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+	// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+	// true skips the close: the operator acknowledges the trade was closed by hand (the
+	// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+	// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+	// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+	// without a gateway unless no_close (409 no_gateway).
+	//
+	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
-	CancelOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CancelOrderWithBody(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelOrder Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+	//
+	// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+	// buyer, stock released at once (409 order_not_pending otherwise).
+	//
+	// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+	// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+	// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+	// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+	// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+	// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+	// true skips the close: the operator acknowledges the trade was closed by hand (the
+	// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+	// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+	// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+	// without a gateway unless no_close (409 no_gateway).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
+	CancelOrder(ctx context.Context, id OrderID, body CancelOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CheckOrder Run the gateway check of a PAYING order (or a PENDING one with a payment attempt) now
+	//
+	// The check the order's deadline runs, at once: past the deadline a PAID answer marks the order
+	// PAID (or flags the money refund_required), NOT_PAID closes the trade and cancels the order
+	// (cancel_reason timeout), CLOSED cancels it, PENDING leaves it to the background checks. Before
+	// the deadline the buyer's window is open: the gateway is only asked, and a PAID answer recorded.
+	// The answer is what the gateway said and the order afterwards.
+	//
+	// Corresponds with POST /v1/orders/{id}/check (the `CheckOrder` operationId).
+	CheckOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ExtendOrderWithBody Move the deadline of a PENDING order, later or earlier (its timer follows)
 	//
@@ -1875,11 +1991,81 @@ func (c *Client) GetOrder(ctx context.Context, id OrderID, reqEditors ...Request
 	return c.Client.Do(req)
 }
 
-// CancelOrder Buyer cancel of a PENDING order (stock released at once)
+// CancelOrderWithBody Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+//
+// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+// buyer, stock released at once (409 order_not_pending otherwise).
+//
+// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+// true skips the close: the operator acknowledges the trade was closed by hand (the
+// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+// without a gateway unless no_close (409 no_gateway).
+//
+// Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
-func (c *Client) CancelOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCancelOrderRequest(c.Server, id)
+func (c *Client) CancelOrderWithBody(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOrderRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelOrder Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+//
+// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+// buyer, stock released at once (409 order_not_pending otherwise).
+//
+// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+// true skips the close: the operator acknowledges the trade was closed by hand (the
+// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+// without a gateway unless no_close (409 no_gateway).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
+func (c *Client) CancelOrder(ctx context.Context, id OrderID, body CancelOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOrderRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckOrder Run the gateway check of a PAYING order (or a PENDING one with a payment attempt) now
+//
+// The check the order's deadline runs, at once: past the deadline a PAID answer marks the order
+// PAID (or flags the money refund_required), NOT_PAID closes the trade and cancels the order
+// (cancel_reason timeout), CLOSED cancels it, PENDING leaves it to the background checks. Before
+// the deadline the buyer's window is open: the gateway is only asked, and a PAID answer recorded.
+// The answer is what the gateway said and the order afterwards.
+//
+// Corresponds with POST /v1/orders/{id}/check (the `CheckOrder` operationId).
+func (c *Client) CheckOrder(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckOrderRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2775,8 +2961,19 @@ func NewGetOrderRequest(server string, id OrderID) (*http.Request, error) {
 	return req, nil
 }
 
-// NewCancelOrderRequest constructs an http.Request for the CancelOrder method
-func NewCancelOrderRequest(server string, id OrderID) (*http.Request, error) {
+// NewCancelOrderRequest calls the generic CancelOrder builder with application/json body
+func NewCancelOrderRequest(server string, id OrderID, body CancelOrderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelOrderRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCancelOrderRequestWithBody constructs an http.Request for the CancelOrder method, with any body, and a specified content type
+func NewCancelOrderRequestWithBody(server string, id OrderID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2792,6 +2989,42 @@ func NewCancelOrderRequest(server string, id OrderID) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/v1/orders/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCheckOrderRequest constructs an http.Request for the CheckOrder method
+func NewCheckOrderRequest(server string, id OrderID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders/%s/check", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3428,12 +3661,62 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 	GetOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*GetOrderResponse, error)
 
-	// CancelOrderWithResponse Buyer cancel of a PENDING order (stock released at once)
+	// CancelOrderWithBodyWithResponse Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+	//
+	// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+	// buyer, stock released at once (409 order_not_pending otherwise).
+	//
+	// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+	// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+	// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+	// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+	// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+	// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+	// true skips the close: the operator acknowledges the trade was closed by hand (the
+	// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+	// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+	// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+	// without a gateway unless no_close (409 no_gateway).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
+	CancelOrderWithBodyWithResponse(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
+
+	// CancelOrderWithResponse Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+	//
+	// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+	// buyer, stock released at once (409 order_not_pending otherwise).
+	//
+	// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+	// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+	// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+	// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+	// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+	// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+	// true skips the close: the operator acknowledges the trade was closed by hand (the
+	// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+	// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+	// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+	// without a gateway unless no_close (409 no_gateway).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
+	CancelOrderWithResponse(ctx context.Context, id OrderID, body CancelOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
+
+	// CheckOrderWithResponse Run the gateway check of a PAYING order (or a PENDING one with a payment attempt) now
+	//
+	// The check the order's deadline runs, at once: past the deadline a PAID answer marks the order
+	// PAID (or flags the money refund_required), NOT_PAID closes the trade and cancels the order
+	// (cancel_reason timeout), CLOSED cancels it, PENDING leaves it to the background checks. Before
+	// the deadline the buyer's window is open: the gateway is only asked, and a PAID answer recorded.
+	// The answer is what the gateway said and the order afterwards.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
-	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
-	CancelOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
+	// Corresponds with POST /v1/orders/{id}/check (the `CheckOrder` operationId).
+	CheckOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*CheckOrderResponse, error)
 
 	// ExtendOrderWithBodyWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
 	//
@@ -4731,12 +5014,16 @@ type CancelOrderResponse struct {
 	JSON404 *OrderNotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *AuthThrottled
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *Error
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Timeout
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4775,6 +5062,11 @@ func (r CancelOrderResponse) GetJSON409() *Error {
 	return r.JSON409
 }
 
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CancelOrderResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r CancelOrderResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
@@ -4788,6 +5080,11 @@ func (r CancelOrderResponse) GetJSON429() *AuthThrottled {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r CancelOrderResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r CancelOrderResponse) GetJSON502() *Error {
+	return r.JSON502
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -4818,6 +5115,140 @@ func (r CancelOrderResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CheckOrderResponse401Headers the declared response headers of an HTTP 401 response for CheckOrder
+type CheckOrderResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CheckOrderResponse429Headers the declared response headers of an HTTP 429 response for CheckOrder
+type CheckOrderResponse429Headers struct {
+	RetryAfter *int
+}
+
+type CheckOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Gateway struct {
+			AmountCents *int                                      `json:"amount_cents,omitempty"`
+			Currency    *string                                   `json:"currency,omitempty"`
+			PaymentId   *string                                   `json:"payment_id,omitempty"`
+			State       CheckOrder200JSONResponseBodyGatewayState `json:"state"`
+		} `json:"gateway"`
+		Order Order `json:"order"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *OrderNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CheckOrderResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CheckOrderResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CheckOrderResponse) GetJSON200() *struct {
+	Gateway struct {
+		AmountCents *int                                      `json:"amount_cents,omitempty"`
+		Currency    *string                                   `json:"currency,omitempty"`
+		PaymentId   *string                                   `json:"payment_id,omitempty"`
+		State       CheckOrder200JSONResponseBodyGatewayState `json:"state"`
+	} `json:"gateway"`
+	Order Order `json:"order"`
+} {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CheckOrderResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CheckOrderResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CheckOrderResponse) GetJSON404() *OrderNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CheckOrderResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CheckOrderResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r CheckOrderResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r CheckOrderResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r CheckOrderResponse) GetJSON502() *Error {
+	return r.JSON502
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CheckOrderResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CheckOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CheckOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CheckOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CheckOrderResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5929,17 +6360,79 @@ func (c *ClientWithResponses) GetOrderWithResponse(ctx context.Context, id Order
 	return ParseGetOrderResponse(rsp)
 }
 
-// CancelOrderWithResponse Buyer cancel of a PENDING order (stock released at once)
+// CancelOrderWithBodyWithResponse Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
 //
-// Returns a wrapper object for the known response body format(s).
+// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+// buyer, stock released at once (409 order_not_pending otherwise).
+//
+// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+// true skips the close: the operator acknowledges the trade was closed by hand (the
+// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+// without a gateway unless no_close (409 no_gateway).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
-func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error) {
-	rsp, err := c.CancelOrder(ctx, id, reqEditors...)
+func (c *ClientWithResponses) CancelOrderWithBodyWithResponse(ctx context.Context, id OrderID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error) {
+	rsp, err := c.CancelOrderWithBody(ctx, id, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseCancelOrderResponse(rsp)
+}
+
+// CancelOrderWithResponse Buyer cancel of a PENDING order, or an operator's cancel of a PENDING or PAYING one
+//
+// Without a body (or with {}), the buyer's cancel of a PENDING order: CANCELLED with cancel_reason
+// buyer, stock released at once (409 order_not_pending otherwise).
+//
+// With {"reason": "operator", "force": true}, an operator's cancel of a PENDING or PAYING order,
+// past its deadline or not (an operator decides): for an order stuck past its deadline with a
+// gateway that cannot answer. The order's open trades are closed at the gateway first (each open
+// payment attempt at a gateway that keeps a trade per attempt, else the order's trade), and the
+// order is cancelled only if every close succeeded: a close that finds the trade paid records the
+// payment (409 already_paid), any other failure changes nothing (502 close_failed). "no_close":
+// true skips the close: the operator acknowledges the trade was closed by hand (the
+// order.cancelled event carries cancel_detail closed_by_hand). The cancel: CANCELLED with
+// cancel_reason operator, stock released, open attempts FAILED, order.cancelled written. Refused
+// in order-service mode (409 order_service_owns_status: the order service owns the status), and
+// without a gateway unless no_close (409 no_gateway).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
+func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id OrderID, body CancelOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error) {
+	rsp, err := c.CancelOrder(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelOrderResponse(rsp)
+}
+
+// CheckOrderWithResponse Run the gateway check of a PAYING order (or a PENDING one with a payment attempt) now
+//
+// The check the order's deadline runs, at once: past the deadline a PAID answer marks the order
+// PAID (or flags the money refund_required), NOT_PAID closes the trade and cancels the order
+// (cancel_reason timeout), CLOSED cancels it, PENDING leaves it to the background checks. Before
+// the deadline the buyer's window is open: the gateway is only asked, and a PAID answer recorded.
+// The answer is what the gateway said and the order afterwards.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/check (the `CheckOrder` operationId).
+func (c *ClientWithResponses) CheckOrderWithResponse(ctx context.Context, id OrderID, reqEditors ...RequestEditorFn) (*CheckOrderResponse, error) {
+	rsp, err := c.CheckOrder(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckOrderResponse(rsp)
 }
 
 // ExtendOrderWithBodyWithResponse Move the deadline of a PENDING order, later or earlier (its timer follows)
@@ -7233,6 +7726,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		}
 		response.JSON409 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
 		var dest UnsupportedMediaType
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7253,6 +7753,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Timeout
@@ -7276,6 +7783,126 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelOrderResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCheckOrderResponse parses an HTTP response from a CheckOrderWithResponse call
+func ParseCheckOrderResponse(rsp *http.Response) (*CheckOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CheckOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Gateway struct {
+				AmountCents *int                                      `json:"amount_cents,omitempty"`
+				Currency    *string                                   `json:"currency,omitempty"`
+				PaymentId   *string                                   `json:"payment_id,omitempty"`
+				State       CheckOrder200JSONResponseBodyGatewayState `json:"state"`
+			} `json:"gateway"`
+			Order Order `json:"order"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest OrderNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CheckOrderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CheckOrderResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

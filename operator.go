@@ -1,0 +1,188 @@
+package lapse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/store"
+)
+
+// Errors of the operator's actions (CheckNow, CancelAsOperator).
+var (
+	// ErrNotCheckable: the order is neither PAYING nor PENDING with a
+	// payment attempt, so the gateway check has nothing to decide.
+	ErrNotCheckable = errors.New("lapse: the order is neither PAYING nor PENDING with a payment attempt")
+	// ErrNotOpen: the order is neither PENDING nor PAYING.
+	ErrNotOpen = errors.New("lapse: the order is neither PENDING nor PAYING")
+	// ErrOrderServiceOwnsStatus: in order-service mode the order service
+	// decides an order's status; lapse only commands its cancel.
+	ErrOrderServiceOwnsStatus = errors.New("lapse: the order service owns the order's status (order-service mode)")
+	// ErrGateway wraps what the gateway answered when it could not be asked.
+	ErrGateway = errors.New("lapse: the payment gateway did not answer")
+	// ErrCloseFailed wraps the gateway's answer to a close that failed:
+	// nothing was changed.
+	ErrCloseFailed = errors.New("lapse: closing the trade at the payment gateway failed")
+	// ErrAlreadyPaid: the close found the trade paid; the payment is
+	// recorded (the order PAID, or its money flagged) and the order is not
+	// cancelled.
+	ErrAlreadyPaid = errors.New("lapse: the trade was paid at the gateway: the payment is recorded, the order not cancelled")
+)
+
+// CheckNow runs the gateway check of a PAYING order, or of a PENDING one
+// with a payment attempt, at once — the check its deadline runs, with its
+// rules (gateway.go): past its deadline a PAID answer is recorded, NOT_PAID
+// closes the trade and cancels the order, CLOSED cancels it, PENDING and
+// errors leave it to the background checks. Before its deadline the
+// buyer's window is open: the gateway is only asked, and a PAID answer
+// recorded (CheckPayment), nothing closed. Errors: ErrNoGateway,
+// ErrNotFound, ErrNotCheckable, ErrGateway.
+func (s *Service) CheckNow(ctx context.Context, id string) (PaymentCheck, error) {
+	if s.checks == nil {
+		return PaymentCheck{}, ErrNoGateway
+	}
+	o, err := s.store.GetOrder(ctx, id)
+	if err != nil {
+		return PaymentCheck{}, err
+	}
+	if o.Status != order.Paying && (o.Status != order.Pending || o.PaymentAttempts == 0) {
+		return PaymentCheck{Order: o}, fmt.Errorf("check order %s (%s): %w", id, o.Status, ErrNotCheckable)
+	}
+	if o.CancelAfter.After(time.Now()) {
+		return s.CheckPayment(ctx, id)
+	}
+	st, err := s.checks.checkNow(ctx, id)
+	if err != nil {
+		return PaymentCheck{}, fmt.Errorf("check order %s: %w: %w", id, ErrGateway, err)
+	}
+	after, err := s.store.GetOrder(ctx, id)
+	if err != nil {
+		return PaymentCheck{}, err
+	}
+	res := PaymentCheck{Gateway: st, Order: after}
+	switch {
+	case o.Status != order.Paid && after.Status == order.Paid:
+		res.Outcome = store.OutcomePaid
+	case !o.RefundRequired && after.RefundRequired:
+		res.Outcome = store.OutcomeRefundRequired
+	}
+	return res, nil
+}
+
+// OperatorCancel is how an operator cancels an order (CancelAsOperator).
+type OperatorCancel struct {
+	// NoClose skips closing the trade at the gateway: the operator
+	// acknowledges it was closed by hand (or that there is none). The
+	// order.cancelled event says so (cancel_detail closed_by_hand).
+	NoClose bool
+}
+
+// CancelAsOperator cancels a PENDING or PAYING order on an operator's word,
+// past its deadline or not: for an order stuck past its deadline with a
+// gateway that cannot answer. Its open trades are closed at the gateway
+// first (each open attempt at a gateway that keeps a trade per attempt,
+// else the order's trade), and the order is cancelled only if every close
+// succeeded — unless NoClose. The cancel is the store's confirmed cancel
+// with cancel_reason operator: stock released, open attempts ended FAILED,
+// order.cancelled written; the confirmation query follows, as after the
+// deadline's check, so a payment that slipped through is flagged.
+//
+// Errors, each leaving the order as it was: ErrOrderServiceOwnsStatus
+// (order-service mode), ErrNotFound, ErrNotOpen, ErrNoGateway (a close
+// asked without a gateway), ErrCloseFailed; ErrAlreadyPaid when a close
+// found the trade paid — the payment is then recorded, as the checker
+// records it.
+func (s *Service) CancelAsOperator(ctx context.Context, id string, c OperatorCancel) (order.Order, error) {
+	if s.commands != nil {
+		return order.Order{}, ErrOrderServiceOwnsStatus
+	}
+	o, err := s.store.GetOrder(ctx, id)
+	if err != nil {
+		return o, err
+	}
+	if !o.Status.HoldsStock() {
+		return o, fmt.Errorf("cancel order %s (%s): %w", id, o.Status, ErrNotOpen)
+	}
+	why := ""
+	if c.NoClose {
+		why = "closed_by_hand"
+	} else {
+		if s.checks == nil {
+			return o, fmt.Errorf("close the trade of order %s: %w", id, ErrNoGateway)
+		}
+		if err := s.closeForOperator(ctx, o); err != nil {
+			return o, err
+		}
+	}
+	res, err := s.store.CancelDue(ctx, store.CancelDueParams{IDs: []string{id}, Confirmed: true, Reason: order.ReasonOperator, Why: why})
+	if err != nil {
+		return o, fmt.Errorf("cancel order %s as an operator: %w", id, err)
+	}
+	if len(res.HookFailed) > 0 {
+		return o, fmt.Errorf("cancel order %s as an operator: %w", id, res.HookFailed[0])
+	}
+	after, err := s.store.GetOrder(ctx, id)
+	if err != nil {
+		return after, err
+	}
+	if len(res.Cancelled) == 0 {
+		// Paid, or cancelled, since it was read.
+		return after, fmt.Errorf("cancel order %s (%s): %w", id, after.Status, ErrNotOpen)
+	}
+	s.metrics.cancelled.WithLabelValues(string(order.ReasonOperator)).Inc()
+	s.log.Warn("an operator cancelled the order", "order_id", id, "was", o.Status, "trade_closed_by_hand", c.NoClose)
+	s.unschedule(ctx, id)
+	if s.checks != nil {
+		s.checks.confirmLater(id)
+	}
+	return after, nil
+}
+
+// closeForOperator closes o's open trades at the gateway: each open attempt
+// (PENDING, SUPERSEDED, or FAILED: a failure leaves the trade open at such a
+// gateway) at one that keeps a trade per attempt, else the order's trade. A
+// close that finds the trade paid records the payment as the checker does
+// (asked again, then recorded) and answers ErrAlreadyPaid.
+func (s *Service) closeForOperator(ctx context.Context, o order.Order) error {
+	gw := s.checks.gw
+	closeOne := func(close func(context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+		defer cancel()
+		return close(cctx)
+	}
+	var err error
+	if ag, ok := gw.(payment.AttemptGateway); ok && len(o.Payments) > 0 {
+		for _, p := range o.Payments {
+			if p.Status != order.PaymentPending && p.Status != order.PaymentSuperseded && p.Status != order.PaymentFailed {
+				continue
+			}
+			if err = closeOne(func(ctx context.Context) error { return ag.CloseAttempt(ctx, o.ID, p.PaymentID) }); err != nil {
+				break
+			}
+		}
+	} else {
+		err = closeOne(func(ctx context.Context) error { return gw.Close(ctx, o.ID) })
+	}
+	switch {
+	case errors.Is(err, payment.ErrAlreadyPaid):
+		s.log.Warn("an operator's cancel found the trade paid: recording the payment, not cancelling", "order_id", o.ID)
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.GatewayTimeout)
+		ans, qerr := s.checks.query(qctx, o.ID)
+		cancel()
+		if qerr == nil && ans.State == payment.StatePaid {
+			if _, rerr := s.recordPaid(ctx, o.ID, ans.Status); rerr != nil {
+				return fmt.Errorf("record the payment of order %s a close found: %w", o.ID, rerr)
+			}
+		} else {
+			s.checks.enqueue(o.ID) // the background check records it
+		}
+		return fmt.Errorf("close the trade of order %s: %w", o.ID, ErrAlreadyPaid)
+	case err != nil:
+		s.metrics.gatewayChecks.WithLabelValues("close_error").Inc()
+		return fmt.Errorf("close the trade of order %s: %w: %w", o.ID, ErrCloseFailed, err)
+	}
+	return nil
+}
