@@ -153,6 +153,14 @@ func (s *Service) commandsSettled(res store.SettleCommandsResult) {
 	}
 }
 
+// refundsSettled follows a settle of refunds: their order.refunded events
+// go out.
+func (s *Service) refundsSettled(res store.SettleRefundsResult) {
+	if len(res.Refunded) > 0 {
+		s.relay.Notify()
+	}
+}
+
 // recordHookFailure records in the store that he's hook failed once more
 // (store.HookFailures: every instance, the audit and the dashboard see it,
 // and claims of due orders leave the order alone until its next try), and

@@ -20,6 +20,9 @@ type notifying struct {
 	store.Store
 	wake     []interface{ Notify() }
 	commands interface{ Notify() } // nil outside order-service mode
+	// refunds is woken by a payment that ended REFUND_REQUIRED (a refund
+	// task written with it); nil without AutoRefund.
+	refunds interface{ Notify() }
 }
 
 func (n notifying) notify() {
@@ -40,6 +43,9 @@ func (n notifying) CompletePayment(ctx context.Context, p store.PaymentParams) (
 	r, err := n.Store.CompletePayment(ctx, p)
 	if err == nil {
 		n.notify()
+		if r.Outcome == store.OutcomeRefundRequired && n.refunds != nil {
+			n.refunds.Notify()
+		}
 	}
 	return r, err
 }

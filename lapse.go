@@ -16,6 +16,7 @@ import (
 	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/outbox"
 	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/refund"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer"
 	"github.com/lapsehq/lapse/timer/memory"
@@ -126,6 +127,18 @@ type Config struct {
 	// GatewayPendingMax is how long lapse waits while the gateway reports a
 	// payment in progress before it closes the trade. Defaults to 5 minutes.
 	GatewayPendingMax time.Duration
+	// AutoRefund (--auto-refund) gives back, through Gateway, the money of
+	// every payment attempt that ends REFUND_REQUIRED — a success for an
+	// order already cancelled, a second success for a paid one, a wrong
+	// amount or currency: a refund task is written with the attempt, and a
+	// dispatcher (package refund) refunds it at the gateway with a key
+	// derived from the attempt, retrying until the gateway has; the attempt
+	// is then REFUNDED (order.refunded) and refund_required clears once no
+	// attempt of the order owes money. Needs a Gateway that refunds
+	// (payment.Refunder). Off by default: a person refunds by hand.
+	AutoRefund bool
+	// Refunds tunes the refund dispatcher (with AutoRefund).
+	Refunds refund.Config
 	// GatewayConcurrency bounds the gateway checks in flight. Defaults to 8.
 	GatewayConcurrency int
 	// ConfirmAfter is when an order cancelled after a payment attempt is
@@ -245,6 +258,9 @@ func (c *Config) validate() error {
 	if c.InventoryReserve && c.Inventory == nil {
 		return errors.New("lapse: Config.InventoryReserve needs an Inventory to reserve at")
 	}
+	if _, ok := c.Gateway.(payment.Refunder); c.AutoRefund && !ok {
+		return errors.New("lapse: Config.AutoRefund needs a Gateway that refunds (payment.Refunder)")
+	}
 	if c.OrderService != nil && c.Inventory != nil {
 		return errors.New("lapse: Config.OrderService and Config.Inventory: with an order service lapse holds no stock, local or remote")
 	}
@@ -293,6 +309,9 @@ type Service struct {
 	// dispatch sends stock tasks to Config.Inventory; nil when lapse holds
 	// the stock itself.
 	dispatch *inventory.Dispatcher
+	// refunds refunds at the gateway the attempts that owe money
+	// (Config.AutoRefund); nil when off.
+	refunds *refund.Dispatcher
 	// commands sends cancel commands to Config.OrderService; nil when
 	// lapse owns the orders.
 	commands *ordersvc.Dispatcher
@@ -344,9 +363,21 @@ func New(cfg Config) (*Service, error) {
 		cc.OnSettled = s.commandsSettled
 		s.commands = &ordersvc.Dispatcher{Store: cfg.Store, Client: cfg.OrderService, DispatcherConfig: cc}
 	}
+	if cfg.AutoRefund {
+		rc := cfg.Refunds
+		rc.Metrics = m.refunds
+		if rc.Logger == nil {
+			rc.Logger = cfg.Logger
+		}
+		rc.OnSettled = s.refundsSettled
+		s.refunds = &refund.Dispatcher{Store: cfg.Store, Refunder: cfg.Gateway.(payment.Refunder), Config: rc}
+	}
 	ns := notifying{Store: cfg.Store, wake: wake}
 	if s.commands != nil {
 		ns.commands = s.commands
+	}
+	if s.refunds != nil {
+		ns.refunds = s.refunds
 	}
 	s.store = ns
 	if cfg.PollStore {
@@ -409,6 +440,14 @@ func (s *Service) Run(ctx context.Context) error {
 				s.log.Error("stock task dispatcher stopped", "err", err)
 			}
 		})
+	}
+	if s.refunds != nil {
+		wg.Go(func() {
+			if err := s.refunds.Run(ctx); err != nil {
+				s.log.Error("refund dispatcher stopped", "err", err)
+			}
+		})
+		wg.Go(func() { s.metrics.refunds.RunStats(ctx, s.cfg.Store, 5*time.Second) })
 	}
 	if s.commands != nil {
 		wg.Go(func() {

@@ -10,6 +10,7 @@ import (
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/outbox"
+	"github.com/lapsehq/lapse/refund"
 	"github.com/lapsehq/lapse/timer"
 )
 
@@ -55,6 +56,7 @@ type metrics struct {
 	outbox            *outbox.Metrics
 	tasks             *inventory.Metrics // with Config.Inventory
 	commands          *ordersvc.Metrics  // with Config.OrderService
+	refunds           *refund.Metrics    // with Config.AutoRefund
 	sweepCaught       prometheus.Counter
 	gatewayChecks     *prometheus.CounterVec
 	reminders         prometheus.Counter
@@ -174,6 +176,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 	if s.cfg.OrderService != nil {
 		if m.commands, err = ordersvc.NewMetrics(reg); err != nil {
 			return nil, fmt.Errorf("lapse: register order-service command metrics: %w", err)
+		}
+	}
+	if s.cfg.AutoRefund {
+		if m.refunds, err = refund.NewMetrics(reg); err != nil {
+			return nil, fmt.Errorf("lapse: register refund metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -186,3 +186,122 @@ func (s *Service) closeForOperator(ctx context.Context, o order.Order) error {
 	}
 	return nil
 }
+
+// Refund errors.
+var (
+	// ErrNotRefundable: the payment attempt owes no money back — it is not
+	// REFUND_REQUIRED (it paid its order, failed, or is still open).
+	ErrNotRefundable = errors.New("lapse: the payment attempt owes no money back (not REFUND_REQUIRED)")
+	// ErrNoRefunder: the configured gateway cannot refund (none, or one
+	// without payment.Refunder); the refund can be marked done by hand.
+	ErrNoRefunder = errors.New("lapse: the payment gateway cannot refund (none configured, or no payment.Refunder)")
+)
+
+// RefundRequest is an operator's refund of one payment attempt
+// (RefundPayment).
+type RefundRequest struct {
+	// Manual: the money went back outside lapse (the gateway's console):
+	// record it, ask the gateway nothing. Note says how; RefundID names
+	// the gateway's refund when known.
+	Manual   bool
+	Note     string
+	RefundID string
+	// Actor is who asked (the dashboard's user, "api"), for the event.
+	Actor string
+}
+
+// RefundOutcome is what became of an operator's refund.
+type RefundOutcome struct {
+	// Order is the order after it, with its attempts.
+	Order order.Order
+	// Pending: the gateway accepted the refund and is still processing it;
+	// the refund task stays PENDING and is asked again with the same key
+	// (by the refund dispatcher, with AutoRefund), and the attempt stays
+	// REFUND_REQUIRED until the gateway says it is done.
+	Pending bool
+	// RefundID is the gateway's id of the refund.
+	RefundID string
+}
+
+// RefundPayment gives back the money of one REFUND_REQUIRED payment
+// attempt now: its refund task is written (or found: one per attempt), the
+// gateway is asked with the attempt's key (payment.RefundKey) — the key
+// the refund dispatcher uses, so the two together make one refund — and
+// the refund is recorded: the attempt REFUNDED, order.refunded written,
+// refund_required cleared once no attempt owes money. With r.Manual the
+// gateway is not asked: the refund made by hand is recorded so. A refund
+// already recorded answers the order as it is. Errors: ErrNotFound (no
+// such attempt), ErrNotRefundable, ErrNoRefunder, ErrGateway (the gateway
+// did not refund: nothing is recorded, the task stays for a retry).
+func (s *Service) RefundPayment(ctx context.Context, paymentID string, r RefundRequest) (RefundOutcome, error) {
+	if r.Manual {
+		o, err := s.store.MarkRefunded(ctx, store.MarkRefundedParams{PaymentID: paymentID, RefundID: r.RefundID, Manual: true, Note: r.Note, Actor: r.Actor})
+		if err != nil {
+			return RefundOutcome{}, refundError(paymentID, err)
+		}
+		s.relay.Notify()
+		return RefundOutcome{Order: o, RefundID: r.RefundID}, nil
+	}
+	refunder, ok := s.cfg.Gateway.(payment.Refunder)
+	if !ok {
+		return RefundOutcome{}, ErrNoRefunder
+	}
+	task, err := s.store.EnqueueRefund(ctx, paymentID)
+	if err != nil {
+		if o, done := s.alreadyRefunded(ctx, paymentID, err); done {
+			return RefundOutcome{Order: o}, nil
+		}
+		return RefundOutcome{}, refundError(paymentID, err)
+	}
+	res, err := refunder.Refund(ctx, payment.Refund{OrderID: task.OrderID, PaymentID: paymentID, AmountCents: task.AmountCents,
+		Currency: task.Currency, Key: payment.RefundKey(paymentID), Reason: cmpOr(r.Note, "lapse: refunded by an operator")})
+	if err != nil {
+		return RefundOutcome{}, fmt.Errorf("refund %s: %w: %w", paymentID, ErrGateway, err)
+	}
+	if res.State != payment.RefundSucceeded {
+		o, _ := s.store.GetOrder(ctx, task.OrderID)
+		return RefundOutcome{Order: o, Pending: true, RefundID: res.RefundID}, nil
+	}
+	o, err := s.store.MarkRefunded(ctx, store.MarkRefundedParams{PaymentID: paymentID, RefundID: res.RefundID, Note: r.Note, Actor: r.Actor})
+	if err != nil {
+		return RefundOutcome{}, refundError(paymentID, err)
+	}
+	s.relay.Notify()
+	return RefundOutcome{Order: o, RefundID: res.RefundID}, nil
+}
+
+// alreadyRefunded reports, for EnqueueRefund's ErrNotRefundable, whether
+// the attempt is REFUNDED already (a second click): the order as it is.
+func (s *Service) alreadyRefunded(ctx context.Context, paymentID string, err error) (order.Order, bool) {
+	if !errors.Is(err, store.ErrNotRefundable) {
+		return order.Order{}, false
+	}
+	id, gerr := s.store.OrderOfPayment(ctx, paymentID)
+	if gerr != nil {
+		return order.Order{}, false
+	}
+	o, gerr := s.store.GetOrder(ctx, id)
+	if gerr != nil {
+		return order.Order{}, false
+	}
+	for _, p := range o.Payments {
+		if p.PaymentID == paymentID && p.Status == order.PaymentRefunded {
+			return o, true
+		}
+	}
+	return order.Order{}, false
+}
+
+func refundError(paymentID string, err error) error {
+	if errors.Is(err, store.ErrNotRefundable) {
+		return fmt.Errorf("refund %s: %w", paymentID, ErrNotRefundable)
+	}
+	return fmt.Errorf("refund %s: %w", paymentID, err)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

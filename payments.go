@@ -113,7 +113,8 @@ func (s *Service) notify(ctx context.Context, ops ops, n Notification) (store.Pa
 	if err != nil {
 		return store.PaymentResult{}, err
 	}
-	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, Currency: currency, CallbackID: n.CallbackID}
+	p := store.PaymentParams{OrderID: n.OrderID, PaymentID: n.PaymentID, AmountCents: n.AmountCents, Currency: currency, CallbackID: n.CallbackID,
+		AutoRefund: s.cfg.AutoRefund}
 	switch n.Status {
 	case PaymentSucceeded:
 		res, err := ops.complete(ctx, p)

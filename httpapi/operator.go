@@ -30,6 +30,11 @@ func operatorError(err error) *apiError {
 	case errors.Is(err, lapse.ErrCloseFailed):
 		return &apiError{http.StatusBadGateway, "close_failed",
 			"closing the trade at the payment gateway failed; nothing was changed (retry, or cancel with no_close: true once it is closed by hand)"}
+	case errors.Is(err, lapse.ErrNotRefundable):
+		return &apiError{http.StatusConflict, "not_refundable", "the payment attempt owes no money back (it is not REFUND_REQUIRED); nothing was changed"}
+	case errors.Is(err, lapse.ErrNoRefunder):
+		return &apiError{http.StatusConflict, "no_refunder",
+			"the payment gateway cannot refund (none configured, or one without refunds): record a refund made by hand with {\"manual\": true, \"note\": …}"}
 	case errors.Is(err, lapse.ErrGateway):
 		return &apiError{http.StatusBadGateway, "gateway_unavailable", "the payment gateway did not answer; nothing was changed"}
 	}
@@ -114,4 +119,62 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, o)
+}
+
+// refundBody is the optional body of POST /v1/payments/{payment_id}/refund.
+type refundBody struct {
+	Manual   *bool   `json:"manual"`
+	Note     *string `json:"note"`
+	RefundID *string `json:"refund_id"`
+}
+
+// refundAnswer is its answer.
+type refundAnswer struct {
+	Order    order.Order `json:"order"`
+	Pending  bool        `json:"pending"`
+	RefundID string      `json:"refund_id,omitempty"`
+}
+
+// refund gives back one REFUND_REQUIRED attempt's money now, or records a
+// refund made by hand (lapse.Service.RefundPayment).
+func (s *server) refund(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathText(r, "payment_id")
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var b refundBody
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeStrict(body, &b); err != nil {
+			return err
+		}
+	}
+	req := lapse.RefundRequest{Manual: b.Manual != nil && *b.Manual, Actor: "api"}
+	if b.Note != nil {
+		if len(*b.Note) > 1000 {
+			return badRequest("invalid_field", "note: at most 1000 bytes")
+		}
+		req.Note = *b.Note
+	}
+	if b.RefundID != nil {
+		if !req.Manual {
+			return badRequest("invalid_field", "refund_id: only with \"manual\": true (a refund lapse makes has the gateway's id)")
+		}
+		if len(*b.RefundID) > 255 {
+			return badRequest("invalid_field", "refund_id: at most 255 bytes")
+		}
+		req.RefundID = *b.RefundID
+	}
+	res, err := s.svc.RefundPayment(r.Context(), id, req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if res.Pending {
+		status = http.StatusAccepted
+	}
+	return writeJSON(w, status, refundAnswer{Order: res.Order, Pending: res.Pending, RefundID: res.RefundID})
 }

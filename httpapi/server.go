@@ -115,6 +115,7 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("GET /v1/commands", noBody, s.listCommands)
 	v1("POST /v1/commands/retry", takesBody, s.retryCommands)
 	v1("POST /v1/commands/purge", takesBody, s.purgeCommands)
+	v1("POST /v1/payments/{payment_id}/refund", noBody, s.refund) // the body is optional
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	for _, n := range opts.Notifiers {
 		mux.Handle("POST /v1/payments/notify/"+n.Name(), s.gatewayNotify(n))
@@ -296,6 +297,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{http.StatusNotFound, "not_found", "no such resource"}
 		if r.PathValue("sku") != "" {
 			ae.Code, ae.Message = "sku_not_found", "no such sku"
+		} else if r.PathValue("payment_id") != "" {
+			ae.Code, ae.Message = "payment_not_found", "no payment attempt has this payment_id"
 		} else if r.PathValue("id") != "" || r.URL.Path == "/v1/payments/notify" {
 			ae.Code, ae.Message = "order_not_found", "no such order"
 		}

@@ -381,3 +381,14 @@ func TestReconcileEscapesGatewayIDs(t *testing.T) {
 		t.Fatalf("want the ids Go-quoted, no raw control character:\n%q", out)
 	}
 }
+
+// --auto-refund refunds at the gateway: without one that refunds, serve
+// refuses to start (exit 2) rather than leave refunds waiting forever.
+func TestServeAutoRefundNeedsAGateway(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	out, code := lapseCmd(t, nil, "serve", "--store", db, "--auto-refund")
+	if code != 2 || !strings.Contains(out, "--auto-refund needs a --gateway that refunds") {
+		t.Fatalf("serve --auto-refund without a gateway: exit %d, want 2 and the reason:\n%s", code, out)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/timer/redis"
@@ -36,6 +37,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	gw := addGatewayFlags(fs)
 	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
+	autoRefund := fs.Bool("auto-refund", false, "refund at the gateway, by itself, every payment attempt that ends REFUND_REQUIRED (paid after the cancel, paid twice, a wrong amount): retried until the gateway has refunded it, once per attempt (needs a --gateway that refunds)")
 	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	sinkFl := addSinkFlags(fs)
 	invFl := addInventoryFlags(fs)
@@ -143,6 +145,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if g != nil {
 		cfg.Gateway, cfg.GatewayTimeout = g, gw.callTimeout()
 		cfg.ConfirmAfter, cfg.GatewayPendingMax = *confirmAfter, *pendingMax
+	}
+	if *autoRefund {
+		if _, ok := g.(payment.Refunder); !ok {
+			return usage("--auto-refund needs a --gateway that refunds (stripe, alipay, wechatpay or an HTTP gateway)")
+		}
+		cfg.AutoRefund = true
 	}
 	st, err := openStore(ctx, *storeURL)
 	if err != nil {

@@ -144,6 +144,7 @@ func (e PayAnswerCancelReason) Valid() bool {
 const (
 	PaymentStatusFAILED         PaymentStatus = "FAILED"
 	PaymentStatusPENDING        PaymentStatus = "PENDING"
+	PaymentStatusREFUNDED       PaymentStatus = "REFUNDED"
 	PaymentStatusREFUNDREQUIRED PaymentStatus = "REFUND_REQUIRED"
 	PaymentStatusSUCCEEDED      PaymentStatus = "SUCCEEDED"
 	PaymentStatusSUPERSEDED     PaymentStatus = "SUPERSEDED"
@@ -155,6 +156,8 @@ func (e PaymentStatus) Valid() bool {
 	case PaymentStatusFAILED:
 		return true
 	case PaymentStatusPENDING:
+		return true
+	case PaymentStatusREFUNDED:
 		return true
 	case PaymentStatusREFUNDREQUIRED:
 		return true
@@ -627,6 +630,17 @@ type Payment struct {
 // PaymentStatus PENDING: the current attempt; SUPERSEDED: replaced by a newer one (or by another attempt's payment) before an outcome; FAILED: reported failed, or closed unpaid at the gateway before a cancel; SUCCEEDED: paid the order; REFUND_REQUIRED: succeeded without paying the order. SUCCEEDED and REFUND_REQUIRED are terminal.
 type PaymentStatus string
 
+// RefundAnswer defines model for RefundAnswer.
+type RefundAnswer struct {
+	Order Order `json:"order"`
+
+	// Pending the gateway is still processing the refund
+	Pending bool `json:"pending"`
+
+	// RefundId the gateway's id of the refund
+	RefundId *string `json:"refund_id,omitempty"`
+}
+
 // SKU defines model for SKU.
 type SKU struct {
 	Available int    `json:"available"`
@@ -838,6 +852,16 @@ type NotifyGatewayPaymentJSONBody = interface{}
 type NotifyGatewayPaymentFormdataBody = struct {
 }
 
+// RefundPaymentJSONBody defines parameters for RefundPayment.
+type RefundPaymentJSONBody struct {
+	// Manual the money went back outside lapse; the gateway is not asked
+	Manual *bool   `json:"manual,omitempty"`
+	Note   *string `json:"note,omitempty"`
+
+	// RefundId the gateway's id of a refund made by hand
+	RefundId *string `json:"refund_id,omitempty"`
+}
+
 // SetStockJSONBody defines parameters for SetStock.
 type SetStockJSONBody struct {
 	Available int `json:"available"`
@@ -904,6 +928,9 @@ type NotifyGatewayPaymentJSONRequestBody = NotifyGatewayPaymentJSONBody
 
 // NotifyGatewayPaymentFormdataRequestBody defines body for NotifyGatewayPayment for application/x-www-form-urlencoded ContentType.
 type NotifyGatewayPaymentFormdataRequestBody = NotifyGatewayPaymentFormdataBody
+
+// RefundPaymentJSONRequestBody defines body for RefundPayment for application/json ContentType.
+type RefundPaymentJSONRequestBody RefundPaymentJSONBody
 
 // SetStockJSONRequestBody defines body for SetStock for application/json ContentType.
 type SetStockJSONRequestBody SetStockJSONBody
@@ -1635,6 +1662,36 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/payments/notify/{gateway} (the `NotifyGatewayPayment` operationId).
 	NotifyGatewayPaymentWithFormdataBody(ctx context.Context, gateway string, body NotifyGatewayPaymentFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RefundPaymentWithBody Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+	//
+	// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+	// again with the same key).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+	RefundPaymentWithBody(ctx context.Context, paymentId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RefundPayment Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+	//
+	// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+	// again with the same key).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+	RefundPayment(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetSKU A SKU's counters
 	//
 	// Corresponds with GET /v1/skus/{sku} (the `GetSKU` operationId).
@@ -2264,6 +2321,56 @@ func (c *Client) NotifyGatewayPayment(ctx context.Context, gateway string, body 
 // Corresponds with POST /v1/payments/notify/{gateway} (the `NotifyGatewayPayment` operationId).
 func (c *Client) NotifyGatewayPaymentWithFormdataBody(ctx context.Context, gateway string, body NotifyGatewayPaymentFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewNotifyGatewayPaymentRequestWithFormdataBody(c.Server, gateway, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RefundPaymentWithBody Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+//
+// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+// again with the same key).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+func (c *Client) RefundPaymentWithBody(ctx context.Context, paymentId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundPaymentRequestWithBody(c.Server, paymentId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RefundPayment Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+//
+// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+// again with the same key).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+func (c *Client) RefundPayment(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRefundPaymentRequest(c.Server, paymentId, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3247,6 +3354,53 @@ func NewNotifyGatewayPaymentRequestWithBody(server string, gateway string, conte
 	return req, nil
 }
 
+// NewRefundPaymentRequest calls the generic RefundPayment builder with application/json body
+func NewRefundPaymentRequest(server string, paymentId string, body RefundPaymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRefundPaymentRequestWithBody(server, paymentId, "application/json", bodyReader)
+}
+
+// NewRefundPaymentRequestWithBody constructs an http.Request for the RefundPayment method, with any body, and a specified content type
+func NewRefundPaymentRequestWithBody(server string, paymentId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "payment_id", paymentId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/payments/%s/refund", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetSKURequest constructs an http.Request for the GetSKU method
 func NewGetSKURequest(server string, sku SKUParameter) (*http.Request, error) {
 	var err error
@@ -3825,6 +3979,36 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/payments/notify/{gateway} (the `NotifyGatewayPayment` operationId).
 	NotifyGatewayPaymentWithFormdataBodyWithResponse(ctx context.Context, gateway string, body NotifyGatewayPaymentFormdataRequestBody, reqEditors ...RequestEditorFn) (*NotifyGatewayPaymentResponse, error)
+
+	// RefundPaymentWithBodyWithResponse Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+	//
+	// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+	// again with the same key).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+	RefundPaymentWithBodyWithResponse(ctx context.Context, paymentId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundPaymentResponse, error)
+
+	// RefundPaymentWithResponse Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+	//
+	// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+	// again with the same key).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+	RefundPaymentWithResponse(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundPaymentResponse, error)
 
 	// GetSKUWithResponse A SKU's counters
 	//
@@ -5642,6 +5826,131 @@ func (r NotifyGatewayPaymentResponse) ContentType() string {
 	return ""
 }
 
+// RefundPaymentResponse401Headers the declared response headers of an HTTP 401 response for RefundPayment
+type RefundPaymentResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RefundPaymentResponse429Headers the declared response headers of an HTTP 429 response for RefundPayment
+type RefundPaymentResponse429Headers struct {
+	RetryAfter *int
+}
+
+type RefundPaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RefundAnswer
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RefundAnswer
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON502 the response for an HTTP 502 `application/json` response
+	JSON502 *Error
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RefundPaymentResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RefundPaymentResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RefundPaymentResponse) GetJSON200() *RefundAnswer {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RefundPaymentResponse) GetJSON202() *RefundAnswer {
+	return r.JSON202
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RefundPaymentResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RefundPaymentResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RefundPaymentResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RefundPaymentResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RefundPaymentResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RefundPaymentResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RefundPaymentResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r RefundPaymentResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON502 returns the response for an HTTP 502 `application/json` response
+func (r RefundPaymentResponse) GetJSON502() *Error {
+	return r.JSON502
+}
+
+// GetBody returns the raw response body bytes
+func (r RefundPaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RefundPaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RefundPaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RefundPaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetSKUResponse401Headers the declared response headers of an HTTP 401 response for GetSKU
 type GetSKUResponse401Headers struct {
 	WWWAuthenticate *string
@@ -6595,6 +6904,48 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithFormdataBodyWithResponse(c
 		return nil, err
 	}
 	return ParseNotifyGatewayPaymentResponse(rsp)
+}
+
+// RefundPaymentWithBodyWithResponse Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+//
+// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+// again with the same key).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+func (c *ClientWithResponses) RefundPaymentWithBodyWithResponse(ctx context.Context, paymentId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RefundPaymentResponse, error) {
+	rsp, err := c.RefundPaymentWithBody(ctx, paymentId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundPaymentResponse(rsp)
+}
+
+// RefundPaymentWithResponse Give back the money of one REFUND_REQUIRED payment attempt now, or record a refund made by hand
+//
+// Without a body (or with {}), lapse asks the gateway to refund the attempt's whole amount, with
+// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
+// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
+// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
+// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
+// again with the same key).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
+func (c *ClientWithResponses) RefundPaymentWithResponse(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundPaymentResponse, error) {
+	rsp, err := c.RefundPayment(ctx, paymentId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRefundPaymentResponse(rsp)
 }
 
 // GetSKUWithResponse A SKU's counters
@@ -8250,6 +8601,125 @@ func ParseNotifyGatewayPaymentResponse(rsp *http.Response) (*NotifyGatewayPaymen
 	response := &NotifyGatewayPaymentResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseRefundPaymentResponse parses an HTTP response from a RefundPaymentWithResponse call
+func ParseRefundPaymentResponse(rsp *http.Response) (*RefundPaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RefundPaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RefundAnswer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RefundAnswer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 502:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON502 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RefundPaymentResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RefundPaymentResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
