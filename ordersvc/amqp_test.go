@@ -501,7 +501,7 @@ func TestAMQPReceiverRestartsMidRun(t *testing.T) {
 }
 
 // The broker restarts mid-run — a RabbitMQ node of the test's own, its
-// process SIGKILLed and started again on its data: lapse's and the
+// process stopped (SIGTERM) and started again on its data: lapse's and the
 // receiver's connections are lost with commands waiting in the queue,
 // commands in the receiver's hands (held there by a gate) and answers on
 // their way, and so is lapse's non-durable reply queue. Both sides

@@ -422,7 +422,7 @@ func TestOrderServiceAMQPReceiverProcess(t *testing.T) {
 // the receiver (ordersvc.ServeAMQP in a process of its own, on its own
 // SQLite database) consumes the command queue and replies. The broker is a
 // node of this test's own (rabbittest.StartNode), so that it can really
-// restart mid-run — its process SIGKILLed and started again on its data:
+// restart mid-run — stopped (SIGTERM) and started again on its data:
 // every connection cut, the durable command queue and its persistent
 // messages recovered, the non-durable reply queues lost — while the other
 // tests keep the machine's broker. Faults, in order: the receiver killed
@@ -487,7 +487,7 @@ func TestOrderServiceOverAMQPEndToEndWithFaults(t *testing.T) {
 		{24 * time.Second, func(e *ordersvcE2E) {
 			restartedAt = time.Now()
 			took := node.Restart(t)
-			t.Logf("broker killed at %s, taking connections again %s later", restartedAt.Sub(e.start).Round(time.Millisecond), took.Round(time.Millisecond))
+			t.Logf("broker stopped at %s, taking connections again %s later", restartedAt.Sub(e.start).Round(time.Millisecond), took.Round(time.Millisecond))
 			published = append(published, record())
 			// Settled: every order due before the restart has its final
 			// answer, or paying (the shop's to decide).

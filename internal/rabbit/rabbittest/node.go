@@ -64,7 +64,7 @@ func StartNode(t testing.TB) *Node {
 		}
 	}
 	t.Cleanup(func() {
-		n.kill()
+		n.stop(syscall.SIGKILL, 30*time.Second)
 		_ = os.RemoveAll(dir)
 	})
 	n.start(t, bin)
@@ -115,36 +115,53 @@ func (n *Node) start(t testing.TB, bin string) {
 	}
 }
 
-// Restart kills the node's broker process (SIGKILL: no orderly shutdown)
-// and starts it again on the same data, returning once it takes
-// connections. Every connection is cut; durable queues and the persistent
-// messages they held come back, non-durable ones do not.
+// Restart stops the node's broker (SIGTERM, as `rabbitmqctl stop` or a
+// service manager's restart does: the broker closes every connection and
+// writes its state out) and starts it again on the same data, returning
+// once it takes connections. Every connection is cut; durable queues and
+// the persistent messages they held come back, non-durable ones do not.
+// (SIGKILL is not used: RabbitMQ may lose a queue declared a moment before
+// a kill — its metadata not yet on disk — which is RabbitMQ's to answer
+// for, not what lapse's tests are about.)
 func (n *Node) Restart(t testing.TB) time.Duration {
 	t.Helper()
 	start := time.Now()
-	n.kill()
+	n.stop(syscall.SIGTERM, 60*time.Second)
 	bin := n.cmd.Path
 	n.start(t, bin)
 	return time.Since(start)
 }
 
-// kill ends the broker (its beam process, named in the pid file) and waits
-// until its port is closed.
-func (n *Node) kill() {
+// stop sends sig to the broker (its beam process, named in the pid file)
+// and waits until its port is closed, at most within; then it is killed.
+func (n *Node) stop(sig syscall.Signal, within time.Duration) {
+	pid := 0
 	if b, err := os.ReadFile(filepath.Join(n.dir, "pid")); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid > 0 {
+		_ = syscall.Kill(pid, sig)
+	}
+	closed := func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.port), time.Second)
+		if err != nil {
+			return true
 		}
+		_ = c.Close()
+		return false
+	}
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if closed() && (pid <= 0 || syscall.Kill(pid, 0) != nil) {
+			break
+		}
+	}
+	if pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if n.cmd != nil && n.cmd.Process != nil {
 		_ = n.cmd.Process.Kill()
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.port), time.Second)
-		if err != nil {
-			return
-		}
-		_ = c.Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !closed(); time.Sleep(50 * time.Millisecond) {
 	}
 }
 

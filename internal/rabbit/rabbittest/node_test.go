@@ -7,7 +7,8 @@ import (
 )
 
 // A node of the test's own restarts for real: a persistent message in a
-// durable queue, published with a confirm before the kill, is there after.
+// durable queue, published with a confirm before the restart, is there
+// after; a non-durable queue is not.
 func TestNodeRestartKeepsDurableMessages(t *testing.T) {
 	n := StartNode(t)
 	conn, err := amqp.Dial(n.URL)
