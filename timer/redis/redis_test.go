@@ -666,7 +666,8 @@ func TestDataLossIsReseeded(t *testing.T) {
 		lost := time.Now()
 		// A seed ends when its markers say so, just before it logs it.
 		waitFor(t, "the loss detected and the timers seeded again", 2*time.Second+lossCheck, func() bool { return logs.count("seeded from the store") == 2 })
-		t.Logf("seeded again %v after the loss", time.Since(lost).Round(time.Millisecond))
+		seeded := time.Now()
+		t.Logf("seeded again %v after the loss", seeded.Sub(lost).Round(time.Millisecond))
 		waitFor(t, "every order cancelled", 5*time.Second+time.Until(base.Add(2*time.Second)), func() bool { return st.left() == 0 })
 		var maxLate time.Duration
 		dups := 0
@@ -682,8 +683,16 @@ func TestDataLossIsReseeded(t *testing.T) {
 			}
 			late := ds[0].At.Sub(due)
 			maxLate = max(maxLate, late)
-			if late > 2*time.Second {
-				t.Errorf("%s: delivered %v after its due time, across the loss", key, late)
+			// Within 2 s of its due time, or — due before the seed had
+			// put it back — within a second of the seed: the loss is
+			// found and the store read again first, and on a loaded
+			// machine that alone can take over a second.
+			bound := 2 * time.Second
+			if due.Before(seeded) {
+				bound = max(bound, seeded.Sub(due)+time.Second)
+			}
+			if late > bound {
+				t.Errorf("%s: delivered %v after its due time, across the loss (bound %v)", key, late, bound)
 			}
 		}
 		t.Logf("%d orders across the loss: latest %v after its due time; %d duplicate deliveries", n, maxLate.Round(time.Millisecond), dups)
