@@ -522,16 +522,7 @@ func (s *Store) CommandStats(ctx context.Context) (store.TaskStats, error) {
 	if err != nil {
 		return store.TaskStats{}, err
 	}
-	now, err := s.nowOn(ctx, s.d)
-	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("command stats: %w", err)
-	}
-	st, err := ce.CommandStats(ctx)
-	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("command stats: %w", err)
-	}
-	st.Now = now
-	return st, nil
+	return s.stats(ctx, "command", ce.CommandStats)
 }
 
 // CommandFailed reports whether o counts as a failed send: no answer, or an

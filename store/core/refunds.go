@@ -423,14 +423,5 @@ func (s *Store) RefundStats(ctx context.Context) (store.TaskStats, error) {
 	if err != nil {
 		return store.TaskStats{}, err
 	}
-	now, err := s.nowOn(ctx, s.d)
-	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("refund stats: %w", err)
-	}
-	st, err := re.RefundStats(ctx)
-	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("refund stats: %w", err)
-	}
-	st.Now = now
-	return st, nil
+	return s.stats(ctx, "refund", re.RefundStats)
 }

@@ -113,13 +113,20 @@ func (s *Store) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64
 
 // TaskStats implements store.Tasks.
 func (s *Store) TaskStats(ctx context.Context) (store.TaskStats, error) {
+	return s.stats(ctx, "task", s.d.TaskStats)
+}
+
+// stats reads a backlog's counts with read (stock tasks, commands,
+// refunds), stamped with the store's clock so that the oldest pending
+// item's age is measured on it.
+func (s *Store) stats(ctx context.Context, what string, read func(context.Context) (store.TaskStats, error)) (store.TaskStats, error) {
 	now, err := s.nowOn(ctx, s.d)
 	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("task stats: %w", err)
+		return store.TaskStats{}, fmt.Errorf("%s stats: %w", what, err)
 	}
-	st, err := s.d.TaskStats(ctx)
+	st, err := read(ctx)
 	if err != nil {
-		return store.TaskStats{}, fmt.Errorf("task stats: %w", err)
+		return store.TaskStats{}, fmt.Errorf("%s stats: %w", what, err)
 	}
 	st.Now = now
 	return st, nil
