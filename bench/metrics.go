@@ -18,6 +18,7 @@ const (
 	metricLateness    = "lapse_cancel_lateness_seconds"
 	metricSweepCaught = "lapse_sweep_caught_total"
 	metricCommands    = "lapse_order_commands_total"
+	metricHandoffs    = "lapse_order_command_handoffs_total"
 )
 
 // counts is what the harness reads from the service's metrics while it runs:
@@ -29,6 +30,18 @@ type counts struct {
 	// commandsFinal counts the order service's final answers (order-service
 	// mode): cancelled, already_cancelled, already_paid.
 	commandsFinal float64
+	// handoffs counts the cancel batches whose commands the dispatcher
+	// took as written (held) or not (busy).
+	handoffsHeld, handoffsBusy float64
+}
+
+func (c *counts) addHandoff(outcome string, v float64) {
+	switch outcome {
+	case "held":
+		c.handoffsHeld += v
+	case "busy":
+		c.handoffsBusy += v
+	}
 }
 
 // finalAnswer reports whether a result label of lapse_order_commands_total
@@ -44,6 +57,8 @@ func (c counts) minus(base counts) counts {
 		sweepCaught:   c.sweepCaught - base.sweepCaught,
 		lateness:      c.lateness.minus(base.lateness),
 		commandsFinal: c.commandsFinal - base.commandsFinal,
+		handoffsHeld:  c.handoffsHeld - base.handoffsHeld,
+		handoffsBusy:  c.handoffsBusy - base.handoffsBusy,
 	}
 }
 
@@ -54,6 +69,8 @@ func (c counts) plus(o counts) counts {
 		sweepCaught:   c.sweepCaught + o.sweepCaught,
 		lateness:      c.lateness.plus(o.lateness),
 		commandsFinal: c.commandsFinal + o.commandsFinal,
+		handoffsHeld:  c.handoffsHeld + o.handoffsHeld,
+		handoffsBusy:  c.handoffsBusy + o.handoffsBusy,
 	}
 }
 
@@ -153,6 +170,14 @@ func gatherCounts(g prometheus.Gatherer) (counts, error) {
 					}
 				}
 			}
+		case metricHandoffs:
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						c.addHandoff(l.GetValue(), m.GetCounter().GetValue())
+					}
+				}
+			}
 		case metricLateness:
 			for _, m := range mf.GetMetric() {
 				var h histogram
@@ -196,6 +221,8 @@ func parseCounts(r io.Reader) (counts, error) {
 			if finalAnswer(labels["result"]) {
 				c.commandsFinal += value
 			}
+		case metricHandoffs:
+			c.addHandoff(labels["outcome"], value)
 		case metricLateness + "_bucket":
 			le, err := strconv.ParseFloat(labels["le"], 64)
 			if err != nil {

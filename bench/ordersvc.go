@@ -60,6 +60,11 @@ type CommandsResult struct {
 	// answer decides (cancelled and already_cancelled: CANCELLED;
 	// already_paid: PAID): must be 0.
 	Mismatched int `json:"mismatched"`
+	// HandoffsHeld and HandoffsBusy count the cancel batches whose
+	// commands the dispatcher took as they were written (sent as the batch
+	// committed) and those it was too busy to take (sent by a later claim).
+	HandoffsHeld int `json:"handoffs_held"`
+	HandoffsBusy int `json:"handoffs_busy"`
 	// Commands counts every command row of the run's orders (one per
 	// order and deadline).
 	Commands int `json:"commands"`
@@ -190,6 +195,8 @@ func (r *run) waitCommands(ctx context.Context, res *Result) ([]order.Order, err
 				return nil, err
 			}
 			if cr.Unanswered == cr.Dead || late {
+				d := c.minus(r.base)
+				cr.HandoffsHeld, cr.HandoffsBusy = int(d.handoffsHeld), int(d.handoffsBusy)
 				res.Commands = &cr
 				break
 			}

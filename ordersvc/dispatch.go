@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/drain"
@@ -35,11 +37,15 @@ type Dispatcher struct {
 	wakeOnce sync.Once
 	wake     chan struct{}
 
-	// The batches handed over by the cancels that wrote them (Hold).
-	runCtx   context.Context
-	runMu    sync.Mutex
-	held     chan struct{} // a slot per batch in flight, Workers of them
-	handedWG sync.WaitGroup
+	// The commands the cancels wrote claimed for this dispatcher (Hold),
+	// waiting for a worker's pass; runMu guards them.
+	runMu     sync.Mutex
+	runCtx    context.Context
+	holds     int                    // Holds not yet delivered or released
+	holdsDone *sync.Cond             // signalled when holds falls to 0
+	handed    []store.ClaimedCommand // delivered, not yet taken by a pass
+	handedAt  time.Time              // the earliest Hold of handed: its sends' clock
+	lastClaim atomic.Int64           // unix nanos of the last claim pass
 }
 
 // DispatcherConfig tunes a Dispatcher; the zero value takes every default.
@@ -154,7 +160,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		},
 	}
 	d.runMu.Lock()
-	d.runCtx, d.held = ctx, make(chan struct{}, d.Workers)
+	d.runCtx = ctx
+	if d.holdsDone == nil {
+		d.holdsDone = sync.NewCond(&d.runMu)
+	}
 	d.runMu.Unlock()
 	var wg sync.WaitGroup
 	for range d.Workers {
@@ -164,10 +173,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Go(func() { d.runStats(ctx) })
 	}
 	wg.Wait()
+	// No Hold is granted from here; the commands of those granted go out
+	// before Run returns, as a worker's last passes would have sent them.
 	d.runMu.Lock()
 	d.runCtx = nil
+	for d.holds > 0 {
+		d.holdsDone.Wait()
+	}
 	d.runMu.Unlock()
-	d.handedWG.Wait()
+	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.Lease*4/5)
+	defer cancel()
+	for {
+		cs, start := d.take(d.BatchSize)
+		if len(cs) == 0 {
+			break
+		}
+		if _, err := d.deliver(flush, start, cs); err != nil {
+			d.Logger.Warn("ordersvc: settling handed-over commands at shutdown failed; they go again after their lease", "commands", len(cs), "err", err)
+		}
+	}
 	return nil
 }
 
@@ -176,18 +200,21 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // (store.CancelDueParams.CommandLease, Lease).
 type Handoff struct {
 	d     *Dispatcher
-	ctx   context.Context
 	start time.Time
 	done  bool
 }
 
-// Hold takes a slot for a batch of commands a cancel is about to write
-// claimed for this dispatcher, so that it sends them the moment the cancel
-// commits: no claim transaction, no wait for a worker's next pass. The
-// command lag at 1,000 due/s is the timer, the cancel's commit, the send
-// and the settle. ok=false when the dispatcher is not running or Workers
-// handed-over batches are in flight already: the cancel writes its commands
-// unclaimed, for the workers' claims. Lease is the lease to write them with.
+// Hold lets a cancel that is about to write commands write them claimed for
+// this dispatcher, so that they go out the moment the cancel commits: no
+// claim transaction, no wait for an interval. The command lag at 1,000
+// due/s is the timer, the cancel's commit, the send and the settle.
+//
+// The commands of every Handoff delivered meanwhile wait together for the
+// next worker's pass: a worker sends what the cancels committed while it
+// was sending the last lot, in one batch and one settle, however small the
+// cancels' batches were. ok=false when the dispatcher is not running, or
+// its workers are behind by Workers×BatchSize handed-over commands: the
+// cancel writes its commands unclaimed, for the claims of any instance.
 // Exactly one of the Handoff's Deliver and Release must follow.
 func (d *Dispatcher) Hold() (h *Handoff, ok bool) {
 	d.runMu.Lock()
@@ -195,59 +222,106 @@ func (d *Dispatcher) Hold() (h *Handoff, ok bool) {
 	if d.runCtx == nil || d.runCtx.Err() != nil {
 		return nil, false
 	}
-	select {
-	case d.held <- struct{}{}:
-	default:
+	if len(d.handed) >= d.Workers*d.BatchSize {
+		d.countHandoff(handoffBusy)
 		return nil, false
 	}
-	d.handedWG.Add(1)
-	return &Handoff{d: d, ctx: d.runCtx, start: time.Now()}, true
+	d.countHandoff(handoffHeld)
+	d.holds++
+	return &Handoff{d: d, start: time.Now()}, true
+}
+
+func (d *Dispatcher) countHandoff(outcome string) {
+	if d.Metrics != nil {
+		d.Metrics.handoffs.WithLabelValues(outcome).Inc()
+	}
 }
 
 // Lease is how long the commands of a Handoff are to be claimed for.
 func (h *Handoff) Lease() time.Duration { return h.d.Lease }
 
-// Deliver sends the commands the cancel wrote claimed (empty: none) and
-// settles the answers, in the background, then frees the slot. The
-// dispatcher's Run waits for it before returning.
+// Deliver hands over the commands the cancel wrote claimed (empty: none)
+// and wakes a worker to send them and settle the answers. The dispatcher's
+// Run sends them before returning.
 func (h *Handoff) Deliver(cs []store.ClaimedCommand) {
 	if h.done {
 		return
 	}
 	h.done = true
-	if len(cs) == 0 {
-		h.free()
+	d := h.d
+	d.runMu.Lock()
+	if len(cs) > 0 {
+		if len(d.handed) == 0 || h.start.Before(d.handedAt) {
+			d.handedAt = h.start
+		}
+		d.handed = append(d.handed, cs...)
+	}
+	d.release()
+	d.runMu.Unlock()
+	if len(cs) > 0 {
+		d.Notify()
+	}
+}
+
+// Release ends a Handoff whose cancel wrote nothing claimed (it failed, or
+// the store cannot claim at write).
+func (h *Handoff) Release() {
+	if h.done {
 		return
 	}
-	go func() {
-		defer h.free()
-		if _, err := h.d.deliver(h.ctx, h.start, cs); err != nil {
-			// The lease runs out and a worker's claim sends them again.
-			h.d.Logger.Warn("ordersvc: settling a handed-over batch failed; its commands go again after their lease", "commands", len(cs), "err", err)
-		}
-	}()
+	h.done = true
+	h.d.runMu.Lock()
+	h.d.release()
+	h.d.runMu.Unlock()
 }
 
-// Release frees the slot of a Handoff whose cancel wrote nothing claimed
-// (it failed, or the store cannot claim at write).
-func (h *Handoff) Release() {
-	if !h.done {
-		h.done = true
-		h.free()
+// release ends one Hold; the caller holds runMu.
+func (d *Dispatcher) release() {
+	d.holds--
+	if d.holds == 0 {
+		d.holdsDone.Broadcast()
 	}
 }
 
-func (h *Handoff) free() {
-	<-h.d.held
-	h.d.handedWG.Done()
+// take removes up to n handed-over commands, with the time of the earliest
+// Hold among them (their sends end within 4/5 of the lease from it).
+func (d *Dispatcher) take(n int) ([]store.ClaimedCommand, time.Time) {
+	d.runMu.Lock()
+	defer d.runMu.Unlock()
+	if len(d.handed) == 0 {
+		return nil, time.Time{}
+	}
+	n = min(n, len(d.handed))
+	cs := slices.Clone(d.handed[:n])
+	start := d.handedAt
+	d.handed = slices.Delete(d.handed, 0, n)
+	// The rest keep the earliest time: a bound, never later than theirs.
+	return cs, start
 }
 
-// pass claims one batch, sends its commands concurrently and settles it.
+// pass sends the commands handed over by the cancels, and claims the
+// others due: the handed-over first, topped up by a claim (the commands
+// written unclaimed, retries, other instances' lost leases) whenever the
+// last claim is an Interval old or nothing was handed over.
 func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 	start := time.Now()
-	cs, err := d.Store.ClaimCommands(ctx, store.ClaimTasksParams{Limit: d.BatchSize, Lease: d.Lease})
-	if err != nil || len(cs) == 0 {
-		return drain.Pass{}, err
+	cs, handedAt := d.take(d.BatchSize)
+	if len(cs) > 0 {
+		start = handedAt
+	}
+	if room := d.BatchSize - len(cs); room > 0 && (len(cs) == 0 || time.Since(time.Unix(0, d.lastClaim.Load())) >= d.Interval) {
+		d.lastClaim.Store(time.Now().UnixNano())
+		claimed, err := d.Store.ClaimCommands(ctx, store.ClaimTasksParams{Limit: room, Lease: d.Lease})
+		if err != nil && len(cs) == 0 {
+			return drain.Pass{}, err
+		}
+		if err != nil {
+			d.Logger.Warn("ordersvc: claiming commands failed; sending the handed-over ones", "err", err)
+		}
+		cs = append(cs, claimed...)
+	}
+	if len(cs) == 0 {
+		return drain.Pass{}, nil
 	}
 	return d.deliver(ctx, start, cs)
 }

@@ -9,6 +9,7 @@ import (
 // Metrics are the dispatcher's metrics, lapse_order_commands_*.
 type Metrics struct {
 	outcomes *prometheus.CounterVec
+	handoffs *prometheus.CounterVec
 	lag      prometheus.Histogram
 	backlog  prometheus.Gauge
 	dead     prometheus.Gauge
@@ -25,6 +26,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "lapse_order_commands_total",
 			Help: "Sends of cancel commands to the order service, by outcome: the answer (cancelled, already_cancelled, already_paid, paying, not_found), failed (no answer; retried), dead (refused for good, or failing too long), conflict (an answer lapse's record contradicts).",
 		}, []string{"result"}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lapse_order_command_handoffs_total",
+			Help: "Cancel batches in order-service mode, by whether the dispatcher took their commands as they were written: held (written claimed, sent as the batch commits) or busy (its hand-over full: written unclaimed, sent by a later claim, a transaction and a wait later).",
+		}, []string{"outcome"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lapse_order_command_lag_seconds",
 			Help:    "From an order's cancel_after to the order service's final answer recorded.",
@@ -34,13 +39,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		dead:    gauge("lapse_order_commands_dead", "Cancel commands DEAD now, waiting for an operator (lapse commands retry)."),
 		oldest:  gauge("lapse_order_commands_oldest_pending_seconds", "Age of the oldest PENDING cancel command."),
 	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.lag, m.backlog, m.dead, m.oldest} {
+	for _, c := range []prometheus.Collector{m.outcomes, m.handoffs, m.lag, m.backlog, m.dead, m.oldest} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
+	for _, o := range []string{handoffHeld, handoffBusy} {
+		m.handoffs.WithLabelValues(o)
+	}
 	return m, nil
 }
+
+// Outcomes of a Hold, the labels of lapse_order_command_handoffs_total.
+const (
+	handoffHeld = "held"
+	handoffBusy = "busy"
+)
 
 func (m *Metrics) observe(cs []store.ClaimedCommand, outcomes []store.CommandOutcome, res store.SettleCommandsResult) {
 	for i, o := range outcomes {
