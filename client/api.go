@@ -327,7 +327,7 @@ type RetryEvents struct {
 // RetryEvents makes dead deliveries due again at once and returns how many.
 func (c *Client) RetryEvents(ctx context.Context, r RetryEvents) (int64, error) {
 	body := gen.RetryEventsJSONRequestBody{Sink: optional(r.Sink)}
-	if r.IDs != nil {
+	if len(r.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &r.IDs
 	}
 	if r.AllDead {
@@ -379,7 +379,7 @@ type RetryTasks struct {
 // RetryTasks makes DEAD stock tasks due again at once and returns how many.
 func (c *Client) RetryTasks(ctx context.Context, r RetryTasks) (int64, error) {
 	var body gen.RetryTasksJSONRequestBody
-	if r.IDs != nil {
+	if len(r.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &r.IDs
 	}
 	if r.AllDead {
@@ -432,7 +432,7 @@ type DeadCommands struct {
 
 func (d DeadCommands) body() gen.DeadCommands {
 	var body gen.DeadCommands
-	if d.IDs != nil {
+	if len(d.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &d.IDs
 	}
 	if d.AllDead {
@@ -507,7 +507,7 @@ type DeadRefunds struct {
 // after all is not made twice.
 func (c *Client) RetryRefunds(ctx context.Context, d DeadRefunds) (int64, error) {
 	var body gen.DeadRefunds
-	if d.IDs != nil {
+	if len(d.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &d.IDs
 	}
 	if d.AllDead {
