@@ -34,7 +34,7 @@ type CommandPage struct {
 // this service runs with an order service. A zero p.Limit is
 // DefaultCommandsLimit; p.After is the NextAfter of the previous page.
 func (s *Service) ListCommands(ctx context.Context, p store.ListTasksParams) (CommandPage, error) {
-	if err := validPage(p, MaxCommandsLimit); err != nil {
+	if err := validPage(p, MaxCommandsLimit, maxIDLen); err != nil {
 		return CommandPage{}, err
 	}
 	return PageCommands(ctx, s.store, p)
@@ -44,19 +44,8 @@ func (s *Service) ListCommands(ctx context.Context, p store.ListTasksParams) (Co
 // it after checking p; `lapse commands list`, which opens the store itself,
 // calls it directly.
 func PageCommands(ctx context.Context, st store.Commands, p store.ListTasksParams) (CommandPage, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = DefaultCommandsLimit
-	}
-	p.Limit = limit + 1 // one more says whether another page follows
-	cs, err := st.ListCommands(ctx, p)
-	if err != nil {
-		return CommandPage{}, err
-	}
-	if len(cs) <= limit {
-		return CommandPage{Commands: cs}, nil
-	}
-	return CommandPage{Commands: cs[:limit], NextAfter: cs[limit-1].ID}, nil
+	cs, next, err := pageByID(ctx, p, DefaultCommandsLimit, st.ListCommands, func(c order.Command) string { return c.ID })
+	return CommandPage{Commands: cs, NextAfter: next}, err
 }
 
 // RetryCommands makes DEAD cancel commands PENDING and due at once — those
@@ -66,20 +55,13 @@ func PageCommands(ctx context.Context, st store.Commands, p store.ListTasksParam
 // that names no DEAD command is not an error: the count tells. This
 // instance's dispatcher, if it runs one, is woken.
 func (s *Service) RetryCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
-	if err := validRetry("command", p.IDs, p.AllDead, MaxCommandIDs, ""); err != nil {
-		return 0, err
-	}
-	n, err := s.store.RetryCommands(ctx, p)
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		if s.commands != nil {
-			s.commands.Notify()
-		}
-		s.log.Info("order service: dead cancel commands retried", "commands", n, "all_dead", p.AllDead, "ids", len(p.IDs))
-	}
-	return n, nil
+	return s.retryDead(ctx, p, deadWork{noun: "command", maxIDs: MaxCommandIDs, idLen: maxIDLen, retry: s.store.RetryCommands,
+		wake: func() {
+			if s.commands != nil {
+				s.commands.Notify()
+			}
+		},
+		logged: "order service: dead cancel commands retried"})
 }
 
 // PurgeCommands deletes DEAD cancel commands — those p.IDs names, or with
@@ -89,7 +71,7 @@ func (s *Service) RetryCommands(ctx context.Context, p store.RetryTasksParams) (
 // final answer (commanded_unanswered). RetryCommands is what sends them
 // again. An id that names no DEAD command is not an error: the count tells.
 func (s *Service) PurgeCommands(ctx context.Context, p store.RetryTasksParams) (int64, error) {
-	if err := validDead("purge", "command", p.IDs, p.AllDead, MaxCommandIDs, ""); err != nil {
+	if err := validDead("purge", "command", p.IDs, p.AllDead, MaxCommandIDs, maxIDLen, ""); err != nil {
 		return 0, err
 	}
 	n, err := s.store.PurgeCommands(ctx, p)
@@ -105,18 +87,3 @@ func (s *Service) PurgeCommands(ctx context.Context, p store.RetryTasksParams) (
 // HasOrderService reports whether the service runs in order-service mode
 // (Config.OrderService).
 func (s *Service) HasOrderService() bool { return s.commands != nil }
-
-// validPage checks a page request of the operators' listings keyed by id
-// (stock tasks, cancel commands).
-func validPage(p store.ListTasksParams, max int) error {
-	if p.Limit < 0 || p.Limit > max {
-		return invalid("limit", "must be between 1 and %d", max)
-	}
-	if len(p.After) > maxIDLen || !plainText(p.After) {
-		return invalid("after", "want the next_after of the previous page")
-	}
-	if p.OrderID != "" && (len(p.OrderID) > maxIDLen || !idRE.MatchString(p.OrderID)) {
-		return invalid("order_id", "want an order id")
-	}
-	return nil
-}

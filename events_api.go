@@ -64,7 +64,7 @@ func (s *Service) ListEvents(ctx context.Context, p store.ListEventsParams) (Eve
 // was delivered, purged, or never existed): the count tells. The relay is
 // woken, so the retried events go out now rather than at its next poll.
 func (s *Service) RetryEvents(ctx context.Context, p store.RetryEventsParams) (int64, error) {
-	if err := validRetry("event", p.IDs, p.AllDead, MaxRetryIDs, " of a sink"); err != nil {
+	if err := validRetry("event", p.IDs, p.AllDead, MaxRetryIDs, maxIDLen, " of a sink"); err != nil {
 		return 0, err
 	}
 	if err := validSinkFilter("sink", p.Sink); err != nil {
@@ -168,13 +168,13 @@ func ViewEvent(d store.EventDelivery) (EventView, error) {
 // validRetry checks what an operator's retry of dead work (events, stock
 // tasks, cancel commands) names: ids, at most max and each an id, or every
 // dead one — one of the two.
-func validRetry(what string, ids []string, allDead bool, max int, narrower string) error {
-	return validDead("retry", what, ids, allDead, max, narrower)
+func validRetry(what string, ids []string, allDead bool, max, idLen int, narrower string) error {
+	return validDead("retry", what, ids, allDead, max, idLen, narrower)
 }
 
 // validDead checks what an operator's verb (retry, purge) on dead work
 // names; see validRetry.
-func validDead(verb, what string, ids []string, allDead bool, max int, narrower string) error {
+func validDead(verb, what string, ids []string, allDead bool, max, idLen int, narrower string) error {
 	switch {
 	case len(ids) == 0 && !allDead:
 		return invalid("ids", "name the %ss to %s, or %s every dead one", what, verb, verb)
@@ -184,8 +184,8 @@ func validDead(verb, what string, ids []string, allDead bool, max int, narrower 
 		return invalid("ids", "at most %d %s ids per %s (%s every dead one%s instead)", max, what, verb, verb, narrower)
 	}
 	for i, id := range ids {
-		if id == "" || len(id) > maxIDLen || !plainText(id) {
-			return invalid("ids["+strconv.Itoa(i)+"]", "want a%s %s id: 1-%d characters of UTF-8 text", article(what), what, maxIDLen)
+		if id == "" || len(id) > idLen || !plainText(id) {
+			return invalid("ids["+strconv.Itoa(i)+"]", "want a%s %s id: 1-%d characters of UTF-8 text", article(what), what, idLen)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -197,12 +198,20 @@ var (
 	ErrNoRefunder = errors.New("lapse: the payment gateway cannot refund (none configured, or no payment.Refunder)")
 )
 
+// Bounds of a RefundRequest's text.
+const (
+	// MaxRefundNote is the longest note of a refund, in bytes.
+	MaxRefundNote = 1000
+	// MaxRefundIDLen is the longest gateway refund id recorded by hand.
+	MaxRefundIDLen = 255
+)
+
 // RefundRequest is an operator's refund of one payment attempt
 // (RefundPayment).
 type RefundRequest struct {
 	// Manual: the money went back outside lapse (the gateway's console):
-	// record it, ask the gateway nothing. Note says how; RefundID names
-	// the gateway's refund when known.
+	// record it, ask the gateway nothing. Note (required then) says how;
+	// RefundID names the gateway's refund when known.
 	Manual   bool
 	Note     string
 	RefundID string
@@ -232,8 +241,12 @@ type RefundOutcome struct {
 // gateway is not asked: the refund made by hand is recorded so. A refund
 // already recorded answers the order as it is. Errors: ErrNotFound (no
 // such attempt), ErrNotRefundable, ErrNoRefunder, ErrGateway (the gateway
-// did not refund: nothing is recorded, the task stays for a retry).
+// did not refund: nothing is recorded, the task stays for a retry), and an
+// *InvalidError for a request validRefund refuses.
 func (s *Service) RefundPayment(ctx context.Context, paymentID string, r RefundRequest) (RefundOutcome, error) {
+	if err := validRefund(r); err != nil {
+		return RefundOutcome{}, err
+	}
 	if r.Manual {
 		o, err := s.store.MarkRefunded(ctx, store.MarkRefundedParams{PaymentID: paymentID, RefundID: r.RefundID, Manual: true, Note: r.Note, Actor: r.Actor})
 		if err != nil {
@@ -268,6 +281,25 @@ func (s *Service) RefundPayment(ctx context.Context, paymentID string, r RefundR
 	}
 	s.relay.Notify()
 	return RefundOutcome{Order: o, RefundID: res.RefundID}, nil
+}
+
+// validRefund checks an operator's refund before anything is written or
+// asked: a refund made by hand says how (a note: the event and the audit
+// trail keep it, with who and when), a gateway's refund id is given only
+// for one (lapse's own refund has the id the gateway answers), and the
+// texts have sane lengths.
+func validRefund(r RefundRequest) error {
+	switch {
+	case len(r.Note) > MaxRefundNote || !plainText(r.Note):
+		return invalid("note", "at most %d bytes of UTF-8 text", MaxRefundNote)
+	case r.Manual && strings.TrimSpace(r.Note) == "":
+		return invalid("note", "a refund made by hand needs a note saying how (the gateway's console, a bank transfer, …)")
+	case r.RefundID != "" && !r.Manual:
+		return invalid("refund_id", "only with manual (a refund lapse makes has the gateway's id)")
+	case len(r.RefundID) > MaxRefundIDLen || !plainText(r.RefundID):
+		return invalid("refund_id", "at most %d bytes of UTF-8 text", MaxRefundIDLen)
+	}
+	return nil
 }
 
 // alreadyRefunded reports, for EnqueueRefund's ErrNotRefundable, whether

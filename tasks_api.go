@@ -30,7 +30,7 @@ type TaskPage struct {
 // looking at what the inventory has not applied (GET /v1/tasks). A zero
 // p.Limit is DefaultTasksLimit; p.After is the NextAfter of the previous page.
 func (s *Service) ListTasks(ctx context.Context, p store.ListTasksParams) (TaskPage, error) {
-	if err := validPage(p, MaxTasksLimit); err != nil {
+	if err := validPage(p, MaxTasksLimit, maxIDLen); err != nil {
 		return TaskPage{}, err
 	}
 	return PageTasks(ctx, s.store, p)
@@ -40,19 +40,8 @@ func (s *Service) ListTasks(ctx context.Context, p store.ListTasksParams) (TaskP
 // checking p; `lapse tasks list`, which opens the store itself, calls it
 // directly.
 func PageTasks(ctx context.Context, st store.Tasks, p store.ListTasksParams) (TaskPage, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = DefaultTasksLimit
-	}
-	p.Limit = limit + 1 // one more says whether another page follows
-	ts, err := st.ListTasks(ctx, p)
-	if err != nil {
-		return TaskPage{}, err
-	}
-	if len(ts) <= limit {
-		return TaskPage{Tasks: ts}, nil
-	}
-	return TaskPage{Tasks: ts[:limit], NextAfter: ts[limit-1].ID}, nil
+	ts, next, err := pageByID(ctx, p, DefaultTasksLimit, st.ListTasks, func(t order.StockTask) string { return t.ID })
+	return TaskPage{Tasks: ts, NextAfter: next}, err
 }
 
 // RetryTasks makes DEAD stock tasks PENDING and due at once — those p.IDs
@@ -60,18 +49,11 @@ func PageTasks(ctx context.Context, st store.Tasks, p store.ListTasksParams) (Ta
 // afresh, and returns how many. An id that names no DEAD task is not an
 // error: the count tells. The dispatcher is woken.
 func (s *Service) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64, error) {
-	if err := validRetry("task", p.IDs, p.AllDead, MaxRetryTaskIDs, ""); err != nil {
-		return 0, err
-	}
-	n, err := s.store.RetryTasks(ctx, p)
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
-		if s.dispatch != nil {
-			s.dispatch.Notify()
-		}
-		s.log.Info("inventory: dead stock tasks retried", "tasks", n, "all_dead", p.AllDead, "ids", len(p.IDs))
-	}
-	return n, nil
+	return s.retryDead(ctx, p, deadWork{noun: "task", maxIDs: MaxRetryTaskIDs, idLen: maxIDLen, retry: s.store.RetryTasks,
+		wake: func() {
+			if s.dispatch != nil {
+				s.dispatch.Notify()
+			}
+		},
+		logged: "inventory: dead stock tasks retried"})
 }

@@ -327,7 +327,7 @@ type RetryEvents struct {
 // RetryEvents makes dead deliveries due again at once and returns how many.
 func (c *Client) RetryEvents(ctx context.Context, r RetryEvents) (int64, error) {
 	body := gen.RetryEventsJSONRequestBody{Sink: optional(r.Sink)}
-	if r.IDs != nil {
+	if len(r.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &r.IDs
 	}
 	if r.AllDead {
@@ -379,7 +379,7 @@ type RetryTasks struct {
 // RetryTasks makes DEAD stock tasks due again at once and returns how many.
 func (c *Client) RetryTasks(ctx context.Context, r RetryTasks) (int64, error) {
 	var body gen.RetryTasksJSONRequestBody
-	if r.IDs != nil {
+	if len(r.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &r.IDs
 	}
 	if r.AllDead {
@@ -432,7 +432,7 @@ type DeadCommands struct {
 
 func (d DeadCommands) body() gen.DeadCommands {
 	var body gen.DeadCommands
-	if d.IDs != nil {
+	if len(d.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
 		body.Ids = &d.IDs
 	}
 	if d.AllDead {
@@ -464,6 +464,109 @@ func (c *Client) PurgeCommands(ctx context.Context, d DeadCommands) (int64, erro
 	err := c.do(ctx, call{op: "POST /v1/commands/purge", want: http.StatusOK, out: &out,
 		send: func(ctx context.Context) (*http.Response, error) { return c.gen.PurgeCommands(ctx, body) }})
 	return out.Purged, err
+}
+
+// ListRefunds selects the refunds of payment attempts that owe money back
+// (GET /v1/refunds), in payment id order.
+type ListRefunds struct {
+	Dead    bool   // only the DEAD ones
+	OrderID string // every refund of this order, DONE ones too
+	Limit   int    // 1-500; 0 for the server's (100)
+	After   string // the NextAfter of the previous page
+}
+
+// RefundPage is a page of refunds.
+type RefundPage struct {
+	Refunds []order.Refund `json:"refunds"`
+	// NextAfter is the After of the next page; "" on the last page.
+	NextAfter string `json:"next_after,omitempty"`
+}
+
+// ListRefunds returns one page of the refunds not given back yet (with
+// Dead, the ones waiting for an operator).
+func (c *Client) ListRefunds(ctx context.Context, p ListRefunds) (RefundPage, error) {
+	params := &gen.ListRefundsParams{OrderId: optional(p.OrderID), Limit: optionalInt(p.Limit), After: optional(p.After)}
+	if p.Dead {
+		params.Dead = &p.Dead
+	}
+	var page RefundPage
+	err := c.do(ctx, call{op: "GET /v1/refunds", want: http.StatusOK, out: &page, retry: true,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.ListRefunds(ctx, params) }})
+	return page, err
+}
+
+// DeadRefunds names DEAD refunds to retry: IDs (payment ids), or with
+// AllDead every DEAD one (exactly one of the two).
+type DeadRefunds struct {
+	IDs     []string
+	AllDead bool
+}
+
+// RetryRefunds makes DEAD refunds due again at once and returns how many;
+// the gateway is asked with each attempt's key again, so a refund it made
+// after all is not made twice.
+func (c *Client) RetryRefunds(ctx context.Context, d DeadRefunds) (int64, error) {
+	var body gen.DeadRefunds
+	if len(d.IDs) > 0 { // an empty list names nothing: not sent beside AllDead
+		body.Ids = &d.IDs
+	}
+	if d.AllDead {
+		dead := gen.DeadRefundsDead(true)
+		body.Dead = &dead
+	}
+	var out struct {
+		Retried int64 `json:"retried"`
+	}
+	err := c.do(ctx, call{op: "POST /v1/refunds/retry", want: http.StatusOK, out: &out,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.RetryRefunds(ctx, body) }})
+	return out.Retried, err
+}
+
+// Refund is an operator's refund of one REFUND_REQUIRED payment attempt.
+type Refund struct {
+	// Manual records a refund made outside lapse (the gateway's console):
+	// the gateway is not asked. Note, required then, says how; RefundID
+	// names the gateway's refund when known.
+	Manual   bool
+	Note     string
+	RefundID string
+}
+
+// RefundAnswer is what became of a refund.
+type RefundAnswer struct {
+	// Order is the order after it, with its attempts.
+	Order order.Order `json:"order"`
+	// Pending: the gateway accepted the refund and is still processing it
+	// (the server answered 202); the attempt stays REFUND_REQUIRED.
+	Pending bool `json:"pending"`
+	// RefundID is the gateway's id of the refund.
+	RefundID string `json:"refund_id,omitempty"`
+}
+
+// RefundPayment gives back the money of the payment attempt paymentID now,
+// through the gateway, or with r.Manual records a refund made by hand: POST
+// /v1/payments/{payment_id}/refund. The gateway is asked under the
+// attempt's own key, so asking again (retried on a 503) makes no second
+// refund. Errors: 404 payment_not_found; 409 not_refundable (the attempt
+// owes nothing), no_refunder (the gateway cannot refund: record one made
+// by hand); 502 gateway_unavailable (nothing recorded: ask again); 400
+// invalid_field (a manual refund without a note).
+func (c *Client) RefundPayment(ctx context.Context, paymentID string, r Refund) (RefundAnswer, error) {
+	var body gen.RefundPaymentJSONRequestBody
+	if r.Manual {
+		body.Manual = &r.Manual
+	}
+	if r.Note != "" {
+		body.Note = &r.Note
+	}
+	if r.RefundID != "" {
+		body.RefundId = &r.RefundID
+	}
+	var a RefundAnswer
+	err := c.do(ctx, call{op: "POST /v1/payments/" + url.PathEscape(paymentID) + "/refund", want: http.StatusOK, also: http.StatusAccepted,
+		out: &a, retry: true,
+		send: func(ctx context.Context) (*http.Response, error) { return c.gen.RefundPayment(ctx, paymentID, body) }})
+	return a, err
 }
 
 // Healthz checks that the server answers (GET /healthz).

@@ -162,6 +162,7 @@ type call struct {
 	op    string // "POST /v1/orders", for messages
 	send  func(ctx context.Context) (*http.Response, error)
 	want  int
+	also  int // another status that succeeds (0: none), as 202 beside 200
 	out   any
 	retry bool
 }
@@ -204,6 +205,9 @@ func (c *Client) once(ctx context.Context, k call) (again bool, err error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		return ctx.Err() == nil, fmt.Errorf("lapse client: %s: reading the answer: %w", k.op, err)
+	}
+	if k.also != 0 && resp.StatusCode == k.also {
+		resp.StatusCode = k.want // a success as well: decoded alike
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != k.want {
 		return false, fmt.Errorf("lapse client: %s: %w", k.op, &Error{Status: resp.StatusCode,

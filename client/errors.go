@@ -73,6 +73,10 @@ const (
 	CodeCloseFailed            = "close_failed"
 	CodeGatewayUnavailable     = "gateway_unavailable"
 	CodeOrderServiceOwnsStatus = "order_service_owns_status"
+	// An operator's refund (RefundPayment).
+	CodePaymentNotFound = "payment_not_found"
+	CodeNotRefundable   = "not_refundable"
+	CodeNoRefunder      = "no_refunder"
 )
 
 // Sentinels for errors.Is. ErrNotFound matches any 404 (order_not_found,

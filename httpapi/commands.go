@@ -15,13 +15,8 @@ import (
 
 // listCommands is GET /v1/commands?dead=&order_id=&limit=&after=.
 func (s *server) listCommands(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	p := store.ListTasksParams{OrderID: q.Get("order_id"), After: q.Get("after")}
-	var err error
-	if p.Dead, err = deadParam(q); err != nil {
-		return err
-	}
-	if p.Limit, err = limitParam(q, lapse.MaxCommandsLimit); err != nil {
+	p, err := listParams(r, lapse.MaxCommandsLimit)
+	if err != nil {
 		return err
 	}
 	page, err := s.svc.ListCommands(r.Context(), p)
@@ -39,31 +34,46 @@ func (s *server) listCommands(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// deadCommandsBody is the body of POST /v1/commands/retry and
-// /v1/commands/purge: {"ids": […]} or {"dead": true}, as the tasks' retry.
-type deadCommandsBody struct {
+// deadBody is the body of an operators' verb on dead work (POST
+// /v1/tasks/retry, /v1/commands/retry and /purge, /v1/refunds/retry):
+// {"ids": […]} or {"dead": true}.
+type deadBody struct {
 	IDs  []string `json:"ids"`
 	Dead *bool    `json:"dead"`
 }
 
-func decodeDeadCommands(r *http.Request, verb string) (store.RetryTasksParams, error) {
+// decodeDead reads a deadBody and checks it names ids or every dead one.
+func decodeDead(r *http.Request, verb, what string) (store.RetryTasksParams, error) {
 	body, err := readBody(r)
 	if err != nil {
 		return store.RetryTasksParams{}, err
 	}
-	var b deadCommandsBody
+	var b deadBody
 	if err := decodeStrict(body, &b); err != nil {
 		return store.RetryTasksParams{}, err
 	}
-	if err := deadSelection(verb, "command", b.IDs, b.Dead); err != nil {
+	if err := deadSelection(verb, what, b.IDs, b.Dead); err != nil {
 		return store.RetryTasksParams{}, err
 	}
 	return store.RetryTasksParams{IDs: b.IDs, AllDead: b.Dead != nil}, nil
 }
 
+// listParams reads the query of a listing of dead work (GET /v1/tasks,
+// /v1/commands, /v1/refunds): dead=&order_id=&limit=&after=.
+func listParams(r *http.Request, maxLimit int) (store.ListTasksParams, error) {
+	q := r.URL.Query()
+	p := store.ListTasksParams{OrderID: q.Get("order_id"), After: q.Get("after")}
+	var err error
+	if p.Dead, err = deadParam(q); err != nil {
+		return p, err
+	}
+	p.Limit, err = limitParam(q, maxLimit)
+	return p, err
+}
+
 // retryCommands is POST /v1/commands/retry: {"ids": […]} or {"dead": true}.
 func (s *server) retryCommands(w http.ResponseWriter, r *http.Request) error {
-	p, err := decodeDeadCommands(r, "retry")
+	p, err := decodeDead(r, "retry", "command")
 	if err != nil {
 		return err
 	}
@@ -76,7 +86,7 @@ func (s *server) retryCommands(w http.ResponseWriter, r *http.Request) error {
 
 // purgeCommands is POST /v1/commands/purge: {"ids": […]} or {"dead": true}.
 func (s *server) purgeCommands(w http.ResponseWriter, r *http.Request) error {
-	p, err := decodeDeadCommands(r, "purge")
+	p, err := decodeDead(r, "purge", "command")
 	if err != nil {
 		return err
 	}

@@ -152,20 +152,12 @@ func (s *server) refund(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	// The service checks the note and the refund id (lapse.RefundRequest).
 	req := lapse.RefundRequest{Manual: b.Manual != nil && *b.Manual, Actor: "api"}
 	if b.Note != nil {
-		if len(*b.Note) > 1000 {
-			return badRequest("invalid_field", "note: at most 1000 bytes")
-		}
 		req.Note = *b.Note
 	}
 	if b.RefundID != nil {
-		if !req.Manual {
-			return badRequest("invalid_field", "refund_id: only with \"manual\": true (a refund lapse makes has the gateway's id)")
-		}
-		if len(*b.RefundID) > 255 {
-			return badRequest("invalid_field", "refund_id: at most 255 bytes")
-		}
 		req.RefundID = *b.RefundID
 	}
 	res, err := s.svc.RefundPayment(r.Context(), id, req)

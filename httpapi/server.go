@@ -116,6 +116,8 @@ func New(svc *lapse.Service, opts Options) http.Handler {
 	v1("POST /v1/commands/retry", takesBody, s.retryCommands)
 	v1("POST /v1/commands/purge", takesBody, s.purgeCommands)
 	v1("POST /v1/payments/{payment_id}/refund", noBody, s.refund) // the body is optional
+	v1("GET /v1/refunds", noBody, s.listRefunds)
+	v1("POST /v1/refunds/retry", takesBody, s.retryRefunds)
 	mux.Handle("POST /v1/payments/notify", s.handle(jsonBody(takesBody, s.notify)))
 	for _, n := range opts.Notifiers {
 		mux.Handle("POST /v1/payments/notify/"+n.Name(), s.gatewayNotify(n))

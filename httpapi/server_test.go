@@ -33,6 +33,7 @@ import (
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/ordersvc"
 	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/refund"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/timer/memory"
@@ -73,6 +74,9 @@ type envConfig struct {
 	Commands     ordersvc.DispatcherConfig
 	// Gateway, when set, is the payment gateway (lapse.Config.Gateway).
 	Gateway payment.Gateway
+	// AutoRefund and Refunds are lapse.Config's (with a Gateway that refunds).
+	AutoRefund bool
+	Refunds    refund.Config
 }
 
 type env struct {
@@ -119,7 +123,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	svc, err := lapse.New(lapse.Config{
 		Store: st, Scheduler: memory.New(memory.Config{}), Grace: cfg.Grace, Logger: discard, Inventory: cfg.Inventory,
 		Tasks:        inventory.DispatcherConfig{Interval: 10 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond},
-		OrderService: cfg.OrderService, Commands: cfg.Commands, Gateway: cfg.Gateway,
+		OrderService: cfg.OrderService, Commands: cfg.Commands, Gateway: cfg.Gateway, AutoRefund: cfg.AutoRefund, Refunds: cfg.Refunds,
 	})
 	if err != nil {
 		t.Fatalf("lapse.New: %v", err)

@@ -5,7 +5,6 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/store"
 )
 
 // The operators' view of the stock tasks (docs/sagas.md): the commands the
@@ -14,13 +13,8 @@ import (
 
 // listTasks is GET /v1/tasks?dead=&order_id=&limit=&after=.
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	p := store.ListTasksParams{OrderID: q.Get("order_id"), After: q.Get("after")}
-	var err error
-	if p.Dead, err = deadParam(q); err != nil {
-		return err
-	}
-	if p.Limit, err = limitParam(q, lapse.MaxTasksLimit); err != nil {
+	p, err := listParams(r, lapse.MaxTasksLimit)
+	if err != nil {
 		return err
 	}
 	page, err := s.svc.ListTasks(r.Context(), p)
@@ -38,25 +32,13 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-type retryTasksBody struct {
-	IDs  []string `json:"ids"`
-	Dead *bool    `json:"dead"`
-}
-
 // retryTasks is POST /v1/tasks/retry: {"ids": […]} or {"dead": true}.
 func (s *server) retryTasks(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(r)
+	p, err := decodeDead(r, "retry", "task")
 	if err != nil {
 		return err
 	}
-	var b retryTasksBody
-	if err := decodeStrict(body, &b); err != nil {
-		return err
-	}
-	if err := retrySelection("task", b.IDs, b.Dead); err != nil {
-		return err
-	}
-	n, err := s.svc.RetryTasks(r.Context(), store.RetryTasksParams{IDs: b.IDs, AllDead: b.Dead != nil})
+	n, err := s.svc.RetryTasks(r.Context(), p)
 	if err != nil {
 		return err
 	}

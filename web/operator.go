@@ -97,7 +97,7 @@ func (h *Handler) operatorCancel(w http.ResponseWriter, r *http.Request, s sessi
 	return nil
 }
 
-// ---- retry of the dead: events, stock tasks, cancel commands
+// ---- retry of the dead: events, stock tasks, cancel commands, refunds
 
 // retryKind is one list whose dead entries the dashboard sends again.
 type retryKind struct {
@@ -114,6 +114,9 @@ var retryKinds = map[string]retryKind{
 	}},
 	"commands": {"/ui/commands", "cancel commands", func(h *Handler, r *http.Request, ids []string, _ string, all bool) (int64, error) {
 		return h.svc.RetryCommands(r.Context(), store.RetryTasksParams{IDs: ids, AllDead: all})
+	}},
+	"refunds": {"/ui/refunds", "refunds", func(h *Handler, r *http.Request, ids []string, _ string, all bool) (int64, error) {
+		return h.svc.RetryRefunds(r.Context(), store.RetryTasksParams{IDs: ids, AllDead: all})
 	}},
 }
 
@@ -144,7 +147,7 @@ func (h *Handler) retryConfirm(kind string) func(w http.ResponseWriter, r *http.
 			return nil
 		}
 		v := retryView{base: h.base(r, s, "Retry"), Kind: kind, Noun: k.noun, ID: id, Sink: sink, All: all, Back: k.path + "?dead=1"}
-		v.Nav = map[string]string{"events": "Events", "tasks": "Stock tasks", "commands": "Cancel commands"}[kind]
+		v.Nav = map[string]string{"events": "Events", "tasks": "Stock tasks", "commands": "Cancel commands", "refunds": "Refunds"}[kind]
 		return h.render(w, "retry", v)
 	}
 }

@@ -504,8 +504,14 @@ type orderView struct {
 	CanCheck  bool
 	// The operator's actions (operator.go).
 	CanForceCheck, CanExtend, CanOperatorCancel bool
-	Check                                       *lapse.PaymentCheck
-	CheckError                                  string
+	// CanRefundNow: the gateway refunds, so an attempt that owes money
+	// can be refunded through it; marking one refunded by hand is always
+	// offered (refunds.go).
+	CanRefundNow bool
+	Check        *lapse.PaymentCheck
+	CheckError   string
+	// Refunds are the order's refunds, DONE ones too.
+	Refunds []order.Refund
 }
 
 // setActions sets which actions v's order page offers.
@@ -513,6 +519,25 @@ func (h *Handler) setActions(v *orderView) {
 	o, now := v.Order, h.now()
 	v.CanCancel, v.CanCheck = o.Status == order.Pending, h.svc.HasGateway()
 	v.CanForceCheck, v.CanExtend, v.CanOperatorCancel = canForceCheck(h.svc, o), canExtend(o, now), canOperatorCancel(h.svc, o, now)
+	v.CanRefundNow = h.svc.CanRefund()
+}
+
+// setDetails reads what v's order page shows beside the order: its
+// timeline and its refunds.
+func (h *Handler) setDetails(ctx context.Context, v *orderView) error {
+	evs, err := h.svc.Store().OrderEvents(ctx, v.Order.ID)
+	if err != nil {
+		return err
+	}
+	v.Timeline = timeline(v.Order, evs)
+	rs, err := h.svc.ListRefunds(ctx, store.ListTasksParams{OrderID: v.Order.ID, Limit: lapse.MaxRefundsLimit})
+	if err != nil {
+		return err
+	}
+	v.Refunds = rs.Refunds
+	h.setActions(v)
+	v.Title = "Order " + v.Order.ID
+	return nil
 }
 
 func (h *Handler) loadOrder(ctx context.Context, id string) (order.Order, error) {
@@ -532,13 +557,10 @@ func (h *Handler) order(w http.ResponseWriter, r *http.Request, s session) error
 	if err != nil {
 		return err
 	}
-	evs, err := h.svc.Store().OrderEvents(r.Context(), o.ID)
-	if err != nil {
+	v := orderView{base: h.base(r, s, "Order"), Order: o, Payment: r.URL.Query().Get("payment")}
+	if err := h.setDetails(r.Context(), &v); err != nil {
 		return err
 	}
-	v := orderView{base: h.base(r, s, "Order"), Order: o, Timeline: timeline(o, evs), Payment: r.URL.Query().Get("payment")}
-	h.setActions(&v)
-	v.Title = "Order " + o.ID
 	return h.render(w, "order", v)
 }
 
@@ -590,6 +612,8 @@ type confirmView struct {
 	Action string
 	Verb   string
 	What   string
+	// Payment is the attempt a refund acts on.
+	Payment *order.Payment
 }
 
 var actions = map[string]struct{ verb, what string }{
@@ -597,6 +621,8 @@ var actions = map[string]struct{ verb, what string }{
 	"check":           {"Check the payment now", "Ask the payment gateway about this order now. A payment it reports is recorded (PAID, or refund_required if the order cannot be paid any more); any other answer changes nothing."},
 	"force-check":     {"Run the gateway check now", "Run the check the order's deadline runs, at once. Past the deadline: a payment the gateway reports is recorded, an unpaid trade is closed at the gateway and the order cancelled, a closed one cancelled. Before it only the question is asked."},
 	"extend":          {"Extend the deadline", "Move the end of the payment window to this long from now (later or earlier); cancel_after moves with it, keeping the grace, and the order's timer follows."},
+	"refund":          {"Refund now", "Give this payment attempt's money back now, through the payment gateway, under the attempt's own refund key (one refund, however often asked). Once the gateway has refunded, the attempt is REFUNDED and order.refunded is written; refund_required clears when no attempt of the order owes money."},
+	"mark-refunded":   {"Mark refunded", "Record that this payment attempt's money went back outside lapse (the gateway's console, a bank transfer): the gateway is not asked. The attempt becomes REFUNDED and order.refunded is written with your note, as done from the dashboard, at this time."},
 	"operator-cancel": {"Cancel as operator", "Cancel this PAYING order, past its deadline, as an operator: it becomes CANCELLED with cancel_reason operator, its stock is released and its open payment attempts end FAILED. lapse first closes its trade at the gateway, and cancels only if the close succeeded; if you closed the trade by hand (the gateway cannot answer), say so below and lapse skips the close."},
 }
 
@@ -615,6 +641,14 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s session) err
 		return err
 	}
 	v := confirmView{base: h.base(r, s, a.verb), Order: o, Action: r.PathValue("action"), Verb: a.verb, What: a.what}
+	if v.Action == "refund" || v.Action == "mark-refunded" {
+		p, ok := owedAttempt(o, r.URL.Query().Get("payment"))
+		if !ok {
+			h.fail(w, r, s, http.StatusBadRequest, "name a payment attempt of this order that owes money back (payment)")
+			return nil
+		}
+		v.Payment = &p
+	}
 	return h.render(w, "confirm", v)
 }
 
@@ -640,6 +674,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 		return h.extend(w, r, s, id, back)
 	case "operator-cancel":
 		return h.operatorCancel(w, r, s, id, back)
+	case "refund", "mark-refunded":
+		return h.refund(w, r, s, id, back, action == "mark-refunded")
 	case "check", "force-check":
 		o, err := h.loadOrder(r.Context(), id)
 		if errors.Is(err, errNotFound) {
@@ -661,13 +697,10 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s session) error {
 		} else {
 			v.Check, o = &res, res.Order
 		}
-		evs, err := h.svc.Store().OrderEvents(r.Context(), id)
-		if err != nil {
+		v.Order = o
+		if err := h.setDetails(r.Context(), &v); err != nil {
 			return err
 		}
-		v.Order, v.Timeline = o, timeline(o, evs)
-		h.setActions(&v)
-		v.Title = "Order " + o.ID
 		return h.render(w, "order", v)
 	}
 	h.fail(w, r, s, http.StatusNotFound, "no such action")

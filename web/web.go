@@ -161,7 +161,8 @@ func New(svc *lapse.Service, opts Options) (*Handler, error) {
 	page("GET /ui/tasks", h.tasks)
 	page("GET /ui/hook-failures", h.hookFailures)
 	page("GET /ui/commands", h.commands)
-	for _, kind := range []string{"events", "tasks", "commands"} {
+	page("GET /ui/refunds", h.refunds)
+	for _, kind := range []string{"events", "tasks", "commands", "refunds"} {
 		page("GET /ui/"+kind+"/retry", h.retryConfirm(kind))
 		page("POST /ui/"+kind+"/retry", h.retry(kind))
 	}
@@ -361,6 +362,12 @@ var flashes = map[string]string{
 	"close-failed":              "Closing the trade at the gateway failed: nothing was changed. Try again, or close it by hand and cancel with that acknowledgement.",
 	"retried":                   "Sent again: the dead entries named are due now.",
 	"retried-none":              "Nothing was sent again: none of those is DEAD any more.",
+	"refunded":                  "The payment attempt was refunded at the gateway: it is REFUNDED, and order.refunded was written.",
+	"marked-refunded":           "The refund made by hand was recorded, with your note: the attempt is REFUNDED, and order.refunded was written.",
+	"refund-pending":            "The gateway accepted the refund and is processing it: the attempt stays REFUND_REQUIRED until it is done, and lapse asks again.",
+	"not-refundable":            "The payment attempt owes no money back (it is not REFUND_REQUIRED any more): nothing was changed.",
+	"no-refunder":               "The payment gateway cannot refund: give the money back by hand, then mark the attempt refunded with a note.",
+	"refund-failed":             "The gateway did not refund: nothing was recorded. Try again, or give the money back by hand and mark it refunded.",
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) error {
@@ -390,7 +397,7 @@ func (h *Handler) execute(w http.ResponseWriter, name, part string, data any) er
 	return err
 }
 
-var pageNames = []string{"overview", "orders", "order", "confirm", "retry", "skus", "events", "tasks", "hookfailures", "commands", "login", "error"}
+var pageNames = []string{"overview", "orders", "order", "confirm", "retry", "skus", "events", "tasks", "hookfailures", "commands", "refunds", "login", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}

@@ -106,6 +106,38 @@ Each takes --store URL (LAPSE_STORE), like the other commands.`,
 			{"purge", "delete DEAD commands: these ids, or every DEAD one (--dead). lapse gives up asking: their orders stay CANCELLING (lapse does not decide an order the order service owns), and lapse audit reports each (commanded_unanswered) until it is settled another way", runCommandsPurge},
 		},
 	},
+	// lapse refunds: the refunds of payment attempts that owe money back
+	// (--auto-refund, and those an operator asked for), through a running
+	// lapse's API, so that a retry wakes that instance's refund dispatcher
+	// (GET /v1/refunds, POST /v1/refunds/retry).
+	"refunds": {
+		long: `The refunds of payment attempts that owe money back (REFUND_REQUIRED): with lapse
+serve --auto-refund each is asked of the gateway until it has refunded. A refund the
+gateway refused for good (it does not know the payment, holds no money of it, failed
+the refund), or that kept failing, is DEAD until an operator retries it, or gives
+the money back by hand and records it (lapse payments refund --manual).
+
+Each takes --server URL (LAPSE_SERVER, default http://127.0.0.1:8080) and --api-token
+or --api-token-file (LAPSE_API_TOKEN, LAPSE_API_TOKEN_FILE), as lapse orders does.
+Exit status 1 when the API refuses (its error code and message are printed), 2 on a
+usage error.`,
+		subs: []command{
+			{"list", "the refunds not DONE yet, in payment id order (--dead: only the DEAD ones; --order ID: every refund of that order, DONE ones too)", runRefundsList},
+			{"retry", "make DEAD refunds PENDING and due at once, asked under the same key: these payment ids, or every DEAD one (--dead)", runRefundsRetry},
+		},
+	},
+	// lapse payments: an operator's actions on one payment attempt, through
+	// a running lapse's API.
+	"payments": {
+		long: `An operator's actions on one payment attempt of a running lapse, through its HTTP API.
+
+Each takes --server URL (LAPSE_SERVER, default http://127.0.0.1:8080), --api-token
+or --api-token-file (LAPSE_API_TOKEN, LAPSE_API_TOKEN_FILE) and --json. Exit status
+1 when the API refuses (its error code and message are printed), 2 on a usage error.`,
+		subs: []command{
+			{"refund", "give back the money of a REFUND_REQUIRED payment attempt now, through the gateway (once, however often asked: the attempt's key); with --manual --note TEXT, record a refund made outside lapse instead", runPaymentsRefund},
+		},
+	},
 }
 
 const rootLong = `lapse cancels unpaid orders at their deadline, exactly once, and releases their stock.

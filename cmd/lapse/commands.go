@@ -22,8 +22,8 @@ func runCommandsListPaged(ctx context.Context, args []string, stdout, stderr io.
 		jsonShape:  "GET /v1/commands's command shape",
 		header:     "ID\tORDER\tCANCEL AFTER\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR",
 		notFoundOf: "(not past its deadline in order-service mode, or not an order lapse holds)",
-		page: func(ctx context.Context, st store.Store, p store.ListTasksParams) ([]order.Command, string, error) {
-			page, err := lapse.PageCommands(ctx, st, p)
+		page: func(ctx context.Context, w workConn, p store.ListTasksParams) ([]order.Command, string, error) {
+			page, err := lapse.PageCommands(ctx, w.st, p)
 			return page.Commands, page.NextAfter, err
 		},
 		status: func(c order.Command) order.TaskStatus { return c.Status },
@@ -47,8 +47,8 @@ func writeCommandRow(w io.Writer, c order.Command) {
 func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return workAction{command: "commands", verb: "retry", done: "retried", noun: "command", what: "cancel commands",
 		since: "DONE, retried or purged since",
-		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
-			return st.RetryCommands(ctx, p)
+		act: func(ctx context.Context, w workConn, p store.RetryTasksParams) (int64, error) {
+			return w.st.RetryCommands(ctx, p)
 		},
 		after: "they are due now: a running lapse serve --order-service sends them (with the same command ids) within its dispatcher's interval",
 	}.run(ctx, args, stdout, stderr)
@@ -57,8 +57,8 @@ func runCommandsRetry(ctx context.Context, args []string, stdout, stderr io.Writ
 func runCommandsPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return workAction{command: "commands", verb: "purge", done: "purged", noun: "command", what: "cancel commands",
 		since: "DONE, retried or purged since",
-		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
-			return st.PurgeCommands(ctx, p)
+		act: func(ctx context.Context, w workConn, p store.RetryTasksParams) (int64, error) {
+			return w.st.PurgeCommands(ctx, p)
 		},
 		after: "their orders stay CANCELLING: lapse no longer asks the order service about them, and lapse audit reports each (commanded_unanswered)",
 	}.run(ctx, args, stdout, stderr)

@@ -38,6 +38,8 @@ var commands = []command{
 	{"orders", "get, list, cancel or extend a running lapse's orders (through its HTTP API)", nil},
 	{"tasks", "list the stock tasks a remote inventory has not applied, retry dead ones", nil},
 	{"commands", "list the cancel commands the order service has not answered, retry or purge dead ones", nil},
+	{"refunds", "list the refunds a running lapse has not made yet, retry dead ones (through its HTTP API)", nil},
+	{"payments", "refund a payment attempt that owes money back, or record a refund made by hand (through a running lapse's HTTP API)", nil},
 	{"reconcile", "compare orders with the payment gateway's records, or with the inventory's ledger; exit 1 on a mismatch", runReconcile},
 	{"mockpay", "run a mock payment gateway (for trying lapse out and for tests)", runMockpay},
 	{"inventory", "run a reference inventory service (stock held in another service; for trying it out and for tests)", runInventory},

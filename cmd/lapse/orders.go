@@ -23,12 +23,17 @@ type apiFlags struct {
 	asJSON *bool
 }
 
+// addAPIFlags declares them; --json only when jsonUsage is not "" (asJSON
+// is nil then).
 func addAPIFlags(fs *flagSet, jsonUsage string) apiFlags {
-	return apiFlags{
+	f := apiFlags{
 		server: fs.String("server", "http://127.0.0.1:8080", "the lapse server's URL"),
 		token:  addSecretFlag(fs, "api-token", "the bearer token lapse serve was started with (--api-token)"),
-		asJSON: fs.Bool("json", false, jsonUsage),
 	}
+	if jsonUsage != "" {
+		f.asJSON = fs.Bool("json", false, jsonUsage)
+	}
+	return f
 }
 
 // client returns a client of the server; a bad URL or token flag is a

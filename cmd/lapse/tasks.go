@@ -31,8 +31,8 @@ func runTasksListPaged(ctx context.Context, args []string, stdout, stderr io.Wri
 		jsonShape:  "GET /v1/tasks's task shape",
 		header:     "ID\tORDER\tACTION\tRESERVATION\tSTATUS\tATTEMPTS\tRESULT\tNEXT / DONE / DEAD AT\tLAST ERROR",
 		notFoundOf: "(not an order whose stock a remote inventory holds, or not cancelled or paid yet)",
-		page: func(ctx context.Context, st store.Store, p store.ListTasksParams) ([]order.StockTask, string, error) {
-			page, err := lapse.PageTasks(ctx, st, p)
+		page: func(ctx context.Context, w workConn, p store.ListTasksParams) ([]order.StockTask, string, error) {
+			page, err := lapse.PageTasks(ctx, w.st, p)
 			return page.Tasks, page.NextAfter, err
 		},
 		status: func(t order.StockTask) order.TaskStatus { return t.Status },
@@ -59,8 +59,8 @@ func writeTaskRow(w io.Writer, t order.StockTask) {
 func runTasksRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return workAction{command: "tasks", verb: "retry", done: "retried", noun: "task", what: "stock tasks",
 		since: "DONE or retried since",
-		act: func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error) {
-			return st.RetryTasks(ctx, p)
+		act: func(ctx context.Context, w workConn, p store.RetryTasksParams) (int64, error) {
+			return w.st.RetryTasks(ctx, p)
 		},
 		after: "they are due now: a running lapse serve sends them within its dispatcher's interval",
 	}.run(ctx, args, stdout, stderr)

@@ -8,15 +8,76 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/redact"
 	"github.com/lapsehq/lapse/store"
 )
 
-// workList is what `lapse tasks list` and `lapse commands list` share: work
-// lapse sends another service until it answers (stock tasks, cancel
-// commands), listed from the store — the same flags, paging, table or JSON
-// lines and messages. Each supplies its words, its page reader and its row.
+// workFlags say where a work command (tasks, commands, refunds) reads and
+// acts: the store itself (--store; tasks and commands, running lapse or
+// not), or a running lapse through its API (--server, --api-token;
+// refunds, whose retry wakes the refund dispatcher of that instance).
+type workFlags struct {
+	storeURL *string
+	api      apiFlags
+	viaAPI   bool
+}
+
+// addWorkFlags declares them, with --json (jsonUsage) when it is not "".
+func addWorkFlags(fs *flagSet, viaAPI bool, jsonUsage string) (workFlags, *bool) {
+	if viaAPI {
+		f := addAPIFlags(fs, jsonUsage)
+		return workFlags{api: f, viaAPI: true}, f.asJSON
+	}
+	f := workFlags{storeURL: fs.String("store", "sqlite://lapse.db", storeUsage)}
+	if jsonUsage == "" {
+		return f, nil
+	}
+	return f, fs.Bool("json", false, jsonUsage)
+}
+
+// workConn is the store or the API client the flags named.
+type workConn struct {
+	st    store.Store
+	c     *client.Client
+	where string // the store's URL, redacted, for messages
+}
+
+// open connects to what the flags named (the store read-only if asked).
+func (f workFlags) open(ctx context.Context, stderr io.Writer, cmd string, readOnly bool) (workConn, error) {
+	if f.viaAPI {
+		c, err := f.api.client(stderr, cmd)
+		return workConn{c: c}, err
+	}
+	st, err := openEventsStore(ctx, *f.storeURL, readOnly)
+	if err != nil {
+		return workConn{}, err
+	}
+	return workConn{st: st, where: redact.URL(*f.storeURL)}, nil
+}
+
+// Close closes the store, if one was opened.
+func (w workConn) Close() {
+	if w.st != nil {
+		w.st.Close()
+	}
+}
+
+// failed is the command's error when doing failed: the API's code and
+// message (exit 1), or the store's error under its URL.
+func (w workConn) failed(doing string, err error) error {
+	if w.c != nil {
+		return apiFailure(err)
+	}
+	return fmt.Errorf("%s: %s: %w", w.where, doing, err)
+}
+
+// workList is what `lapse tasks list`, `lapse commands list` and `lapse
+// refunds list` share: work lapse sends another service until it answers
+// (stock tasks, cancel commands, refunds), listed from the store or
+// through the API — the same flags, paging, table or JSON lines and
+// messages. Each supplies its words, its page reader and its row.
 type workList[T any] struct {
 	command    string // "tasks": the command's name
 	noun       string // "task"
@@ -25,7 +86,8 @@ type workList[T any] struct {
 	jsonShape  string // the API's shape of one, for --json's help
 	header     string // the table's header row, tab-separated
 	notFoundOf string // why an order may have none, after "no <what> for order ID "
-	page       func(ctx context.Context, st store.Store, p store.ListTasksParams) (items []T, nextAfter string, err error)
+	viaAPI     bool   // read through a running lapse's API (workFlags)
+	page       func(ctx context.Context, w workConn, p store.ListTasksParams) (items []T, nextAfter string, err error)
 	status     func(T) order.TaskStatus
 	row        func(io.Writer, T)
 }
@@ -33,12 +95,11 @@ type workList[T any] struct {
 // run is `lapse <command> list`, reading pageSize items at a time.
 func (l workList[T]) run(ctx context.Context, args []string, stdout, stderr io.Writer, pageSize int) error {
 	fs := newFlagSet(l.command+" list", stderr)
-	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
+	wf, asJSON := addWorkFlags(fs, l.viaAPI, "one JSON object per line ("+l.jsonShape+") instead of a table")
 	dead := fs.Bool("dead", false, "only DEAD "+l.noun+"s ("+l.deadHelp+")")
 	orderID := fs.String("order", "", "every "+l.noun+" of this order, DONE ones too")
 	fs.commandLineOnly("order")
 	limit := fs.Int("limit", 0, "list at most this many "+l.noun+"s (0: all of them)")
-	asJSON := fs.Bool("json", false, "one JSON object per line ("+l.jsonShape+") instead of a table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,11 +111,11 @@ func (l workList[T]) run(ctx context.Context, args []string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "lapse %s list: --order %q: want an order id (1 to %d characters, no control characters)\n", l.command, *orderID, maxTaskOrderID)
 		return errUsage
 	}
-	st, err := openEventsStore(ctx, *storeURL, true)
+	w, err := wf.open(ctx, stderr, l.command+" list", true)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer w.Close()
 
 	var tw *tabwriter.Writer
 	enc := json.NewEncoder(stdout)
@@ -69,9 +130,9 @@ func (l workList[T]) run(ctx context.Context, args []string, stdout, stderr io.W
 			// One more than wanted says whether the list was cut.
 			p.Limit = *limit - listed + 1
 		}
-		items, next, err := l.page(ctx, st, p)
+		items, next, err := l.page(ctx, w, p)
 		if err != nil {
-			return fmt.Errorf("%s: list the %s: %w", redact.URL(*storeURL), l.what, err)
+			return w.failed("list the "+l.what, err)
 		}
 		for _, it := range items {
 			if *dead && l.status(it) != order.TaskDead {
@@ -134,23 +195,24 @@ func workWhen(status order.TaskStatus, nextAt, doneAt, deadAt time.Time) string 
 	return "-"
 }
 
-// workAction is `lapse tasks retry`, `lapse commands retry` and `lapse
-// commands purge`: DEAD work named by id, or every DEAD one, acted on in
-// the store. Each supplies its words, the store's method and what to say
-// after.
+// workAction is `lapse tasks retry`, `lapse commands retry`, `lapse
+// commands purge` and `lapse refunds retry`: DEAD work named by id, or
+// every DEAD one, acted on in the store or through the API. Each supplies
+// its words, the action and what to say after.
 type workAction struct {
 	command, verb string // "commands", "purge"
 	noun, what    string // "command", "cancel commands"
 	done          string // "purged": the past of verb
 	since         string // what else may have become of an id: "DONE, retried or purged since"
-	act           func(ctx context.Context, st store.Store, p store.RetryTasksParams) (int64, error)
+	viaAPI        bool   // act through a running lapse's API (workFlags)
+	act           func(ctx context.Context, w workConn, p store.RetryTasksParams) (int64, error)
 	after         string // said on stderr when some were acted on
 }
 
 func (a workAction) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet(a.command+" "+a.verb, stderr)
 	fs.args = "[ID…]"
-	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
+	wf, _ := addWorkFlags(fs, a.viaAPI, "")
 	dead := fs.Bool("dead", false, a.verb+" every DEAD "+a.noun+", instead of naming "+a.noun+" ids (one of the two is required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -159,14 +221,14 @@ func (a workAction) run(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	st, err := openEventsStore(ctx, *storeURL, false)
+	w, err := wf.open(ctx, stderr, a.command+" "+a.verb, false)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	n, err := a.act(ctx, st, store.RetryTasksParams{IDs: ids, AllDead: *dead})
+	defer w.Close()
+	n, err := a.act(ctx, w, store.RetryTasksParams{IDs: ids, AllDead: *dead})
 	if err != nil {
-		return fmt.Errorf("%s: %s the %s: %w", redact.URL(*storeURL), a.verb, a.what, err)
+		return w.failed(a.verb+" the "+a.what, err)
 	}
 	fmt.Fprintf(stdout, "%s %d DEAD %s\n", a.done, n, plural(n, a.noun, a.noun+"s"))
 	switch {

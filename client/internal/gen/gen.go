@@ -80,6 +80,21 @@ func (e DeadCommandsDead) Valid() bool {
 	}
 }
 
+// Defines values for DeadRefundsDead.
+const (
+	DeadRefundsDeadTrue DeadRefundsDead = true
+)
+
+// Valid indicates whether the value is a known member of the DeadRefundsDead enum.
+func (e DeadRefundsDead) Valid() bool {
+	switch e {
+	case DeadRefundsDeadTrue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok    HealthStatus = "ok"
@@ -164,6 +179,27 @@ func (e PaymentStatus) Valid() bool {
 	case PaymentStatusSUCCEEDED:
 		return true
 	case PaymentStatusSUPERSEDED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RefundStatus.
+const (
+	RefundStatusDEAD    RefundStatus = "DEAD"
+	RefundStatusDONE    RefundStatus = "DONE"
+	RefundStatusPENDING RefundStatus = "PENDING"
+)
+
+// Valid indicates whether the value is a known member of the RefundStatus enum.
+func (e RefundStatus) Valid() bool {
+	switch e {
+	case RefundStatusDEAD:
+		return true
+	case RefundStatusDONE:
+		return true
+	case RefundStatusPENDING:
 		return true
 	default:
 		return false
@@ -452,6 +488,25 @@ type DeadCommands0 = interface{}
 // DeadCommands1 defines model for DeadCommands.1.
 type DeadCommands1 = interface{}
 
+// DeadRefunds The DEAD refunds to act on: {"ids": [...]} (payment ids) or {"dead": true}, exactly one of the two.
+type DeadRefunds struct {
+	// Dead every DEAD refund
+	Dead *DeadRefundsDead `json:"dead,omitempty"`
+
+	// Ids the refunds' payment ids
+	Ids   *[]string `json:"ids,omitempty"`
+	union json.RawMessage
+}
+
+// DeadRefundsDead every DEAD refund
+type DeadRefundsDead bool
+
+// DeadRefunds0 defines model for DeadRefunds.0.
+type DeadRefunds0 = interface{}
+
+// DeadRefunds1 defines model for DeadRefunds.1.
+type DeadRefunds1 = interface{}
+
 // Error defines model for Error.
 type Error struct {
 	Error struct {
@@ -629,6 +684,47 @@ type Payment struct {
 
 // PaymentStatus PENDING: the current attempt; SUPERSEDED: replaced by a newer one (or by another attempt's payment) before an outcome; FAILED: reported failed, or closed unpaid at the gateway before a cancel; SUCCEEDED: paid the order; REFUND_REQUIRED: succeeded without paying the order. SUCCEEDED and REFUND_REQUIRED are terminal.
 type PaymentStatus string
+
+// Refund The refund of one payment attempt that owed money back (REFUND_REQUIRED), keyed by its payment id.
+type Refund struct {
+	// Actor who recorded it (api, dashboard)
+	Actor *string `json:"actor,omitempty"`
+
+	// AmountCents the attempt's amount, in currency's minor units
+	AmountCents int `json:"amount_cents"`
+
+	// Attempts sends so far
+	Attempts  int        `json:"attempts"`
+	CreatedAt time.Time  `json:"created_at"`
+	Currency  string     `json:"currency"`
+	DeadAt    *time.Time `json:"dead_at,omitempty"`
+	DoneAt    *time.Time `json:"done_at,omitempty"`
+
+	// LastError why the last send failed
+	LastError *string `json:"last_error,omitempty"`
+
+	// Manual recorded by an operator: the money went back outside lapse
+	Manual bool `json:"manual"`
+
+	// NextAt when it is next due (PENDING only)
+	NextAt *time.Time `json:"next_at,omitempty"`
+
+	// Note the operator's note (how the money went back)
+	Note    *string `json:"note,omitempty"`
+	OrderId string  `json:"order_id"`
+
+	// PaymentId the payment attempt refunded
+	PaymentId string `json:"payment_id"`
+
+	// RefundId the gateway's id of the refund, once known
+	RefundId *string `json:"refund_id,omitempty"`
+
+	// Status PENDING: asked of the gateway until it has refunded; DONE: refunded (or recorded as refunded by hand); DEAD: refused for good or failing too long, waiting for POST /v1/refunds/retry or a refund made by hand
+	Status RefundStatus `json:"status"`
+}
+
+// RefundStatus PENDING: asked of the gateway until it has refunded; DONE: refunded (or recorded as refunded by hand); DEAD: refused for good or failing too long, waiting for POST /v1/refunds/retry or a refund made by hand
+type RefundStatus string
 
 // RefundAnswer defines model for RefundAnswer.
 type RefundAnswer struct {
@@ -855,11 +951,26 @@ type NotifyGatewayPaymentFormdataBody = struct {
 // RefundPaymentJSONBody defines parameters for RefundPayment.
 type RefundPaymentJSONBody struct {
 	// Manual the money went back outside lapse; the gateway is not asked
-	Manual *bool   `json:"manual,omitempty"`
-	Note   *string `json:"note,omitempty"`
+	Manual *bool `json:"manual,omitempty"`
 
-	// RefundId the gateway's id of a refund made by hand
+	// Note how the money went back; required (not blank) with manual
+	Note *string `json:"note,omitempty"`
+
+	// RefundId the gateway's id of a refund made by hand (with manual only)
 	RefundId *string `json:"refund_id,omitempty"`
+}
+
+// ListRefundsParams defines parameters for ListRefunds.
+type ListRefundsParams struct {
+	// Dead true: only DEAD refunds
+	Dead *bool `form:"dead,omitempty" json:"dead,omitempty"`
+
+	// OrderId every refund of this order, DONE ones too
+	OrderId *string `form:"order_id,omitempty" json:"order_id,omitempty"`
+	Limit   *int    `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// After next_after of the previous page (a payment id)
+	After *string `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // SetStockJSONBody defines parameters for SetStock.
@@ -931,6 +1042,9 @@ type NotifyGatewayPaymentFormdataRequestBody = NotifyGatewayPaymentFormdataBody
 
 // RefundPaymentJSONRequestBody defines body for RefundPayment for application/json ContentType.
 type RefundPaymentJSONRequestBody RefundPaymentJSONBody
+
+// RetryRefundsJSONRequestBody defines body for RetryRefunds for application/json ContentType.
+type RetryRefundsJSONRequestBody = DeadRefunds
 
 // SetStockJSONRequestBody defines body for SetStock for application/json ContentType.
 type SetStockJSONRequestBody SetStockJSONBody
@@ -1021,6 +1135,116 @@ func (t DeadCommands) MarshalJSON() ([]byte, error) {
 }
 
 func (t *DeadCommands) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	if err != nil {
+		return err
+	}
+	object := make(map[string]json.RawMessage)
+	err = json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["dead"]; found {
+		err = json.Unmarshal(raw, &t.Dead)
+		if err != nil {
+			return fmt.Errorf("error reading 'dead': %w", err)
+		}
+	}
+
+	if raw, found := object["ids"]; found {
+		err = json.Unmarshal(raw, &t.Ids)
+		if err != nil {
+			return fmt.Errorf("error reading 'ids': %w", err)
+		}
+	}
+
+	return err
+}
+
+// AsDeadRefunds0 returns the union data inside the DeadRefunds as a DeadRefunds0
+func (t DeadRefunds) AsDeadRefunds0() (DeadRefunds0, error) {
+	var body DeadRefunds0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDeadRefunds0 overwrites any union data inside the DeadRefunds as the provided DeadRefunds0
+func (t *DeadRefunds) FromDeadRefunds0(v DeadRefunds0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDeadRefunds0 performs a merge with any union data inside the DeadRefunds, using the provided DeadRefunds0
+func (t *DeadRefunds) MergeDeadRefunds0(v DeadRefunds0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsDeadRefunds1 returns the union data inside the DeadRefunds as a DeadRefunds1
+func (t DeadRefunds) AsDeadRefunds1() (DeadRefunds1, error) {
+	var body DeadRefunds1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromDeadRefunds1 overwrites any union data inside the DeadRefunds as the provided DeadRefunds1
+func (t *DeadRefunds) FromDeadRefunds1(v DeadRefunds1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeDeadRefunds1 performs a merge with any union data inside the DeadRefunds, using the provided DeadRefunds1
+func (t *DeadRefunds) MergeDeadRefunds1(v DeadRefunds1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t DeadRefunds) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	object := make(map[string]json.RawMessage)
+	if t.union != nil {
+		err = json.Unmarshal(b, &object)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if t.Dead != nil {
+		object["dead"], err = json.Marshal(t.Dead)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'dead': %w", err)
+		}
+	}
+
+	if t.Ids != nil {
+		object["ids"], err = json.Marshal(t.Ids)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'ids': %w", err)
+		}
+	}
+	b, err = json.Marshal(object)
+	return b, err
+}
+
+func (t *DeadRefunds) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	if err != nil {
 		return err
@@ -1668,7 +1892,9 @@ type ClientInterface interface {
 	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+	// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+	// refund_id goes only with manual. An attempt already REFUNDED
 	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 	// again with the same key).
 	//
@@ -1683,7 +1909,9 @@ type ClientInterface interface {
 	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+	// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+	// refund_id goes only with manual. An attempt already REFUNDED
 	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 	// again with the same key).
 	//
@@ -1691,6 +1919,45 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
 	RefundPayment(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListRefunds Page the refunds not given back yet (only the DEAD ones with dead=true)
+	//
+	// A payment attempt that ends REFUND_REQUIRED gets a refund with --auto-refund (and when an
+	// operator asks for one: POST /v1/payments/{payment_id}/refund); a dispatcher asks the gateway
+	// until it has refunded. A refund the gateway answers finally (it does not know the payment, holds
+	// no money of it, failed the refund), or failing 20 times or for 72 hours, is DEAD: listed here until POST /v1/refunds/retry sends it again, or the money is given back by
+	// hand and recorded (POST /v1/payments/{payment_id}/refund with manual). Refunds come in payment
+	// id order (a refund's key); order_id lists every refund of one order, DONE ones too. The listing
+	// reads whatever the store holds, with or without --auto-refund.
+	//
+	// Corresponds with GET /v1/refunds (the `ListRefunds` operationId).
+	ListRefunds(ctx context.Context, params *ListRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryRefundsWithBody Send DEAD refunds again at once
+	//
+	// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+	// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+	// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+	// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+	// counts what was retried. The dispatcher runs where --auto-refund is on.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+	RetryRefundsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryRefunds Send DEAD refunds again at once
+	//
+	// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+	// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+	// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+	// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+	// counts what was retried. The dispatcher runs where --auto-refund is on.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+	RetryRefunds(ctx context.Context, body RetryRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetSKU A SKU's counters
 	//
@@ -2337,7 +2604,9 @@ func (c *Client) NotifyGatewayPaymentWithFormdataBody(ctx context.Context, gatew
 // the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 // asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 // once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+// refund_id goes only with manual. An attempt already REFUNDED
 // answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 // again with the same key).
 //
@@ -2362,7 +2631,9 @@ func (c *Client) RefundPaymentWithBody(ctx context.Context, paymentId string, co
 // the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 // asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 // once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+// refund_id goes only with manual. An attempt already REFUNDED
 // answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 // again with the same key).
 //
@@ -2371,6 +2642,75 @@ func (c *Client) RefundPaymentWithBody(ctx context.Context, paymentId string, co
 // Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
 func (c *Client) RefundPayment(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRefundPaymentRequest(c.Server, paymentId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRefunds Page the refunds not given back yet (only the DEAD ones with dead=true)
+//
+// A payment attempt that ends REFUND_REQUIRED gets a refund with --auto-refund (and when an
+// operator asks for one: POST /v1/payments/{payment_id}/refund); a dispatcher asks the gateway
+// until it has refunded. A refund the gateway answers finally (it does not know the payment, holds
+// no money of it, failed the refund), or failing 20 times or for 72 hours, is DEAD: listed here until POST /v1/refunds/retry sends it again, or the money is given back by
+// hand and recorded (POST /v1/payments/{payment_id}/refund with manual). Refunds come in payment
+// id order (a refund's key); order_id lists every refund of one order, DONE ones too. The listing
+// reads whatever the store holds, with or without --auto-refund.
+//
+// Corresponds with GET /v1/refunds (the `ListRefunds` operationId).
+func (c *Client) ListRefunds(ctx context.Context, params *ListRefundsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRefundsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryRefundsWithBody Send DEAD refunds again at once
+//
+// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+// counts what was retried. The dispatcher runs where --auto-refund is on.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+func (c *Client) RetryRefundsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryRefundsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryRefunds Send DEAD refunds again at once
+//
+// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+// counts what was retried. The dispatcher runs where --auto-refund is on.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+func (c *Client) RetryRefunds(ctx context.Context, body RetryRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryRefundsRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3401,6 +3741,136 @@ func NewRefundPaymentRequestWithBody(server string, paymentId string, contentTyp
 	return req, nil
 }
 
+// NewListRefundsRequest constructs an http.Request for the ListRefunds method
+func NewListRefundsRequest(server string, params *ListRefundsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/refunds")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Dead != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dead", *params.Dead, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.OrderId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "order_id", *params.OrderId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRetryRefundsRequest calls the generic RetryRefunds builder with application/json body
+func NewRetryRefundsRequest(server string, body RetryRefundsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetryRefundsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRetryRefundsRequestWithBody constructs an http.Request for the RetryRefunds method, with any body, and a specified content type
+func NewRetryRefundsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/refunds/retry")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetSKURequest constructs an http.Request for the GetSKU method
 func NewGetSKURequest(server string, sku SKUParameter) (*http.Request, error) {
 	var err error
@@ -3986,7 +4456,9 @@ type ClientWithResponsesInterface interface {
 	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+	// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+	// refund_id goes only with manual. An attempt already REFUNDED
 	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 	// again with the same key).
 	//
@@ -4001,7 +4473,9 @@ type ClientWithResponsesInterface interface {
 	// the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 	// asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 	// once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-	// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+	// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+	// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+	// refund_id goes only with manual. An attempt already REFUNDED
 	// answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 	// again with the same key).
 	//
@@ -4009,6 +4483,47 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/payments/{payment_id}/refund (the `RefundPayment` operationId).
 	RefundPaymentWithResponse(ctx context.Context, paymentId string, body RefundPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*RefundPaymentResponse, error)
+
+	// ListRefundsWithResponse Page the refunds not given back yet (only the DEAD ones with dead=true)
+	//
+	// A payment attempt that ends REFUND_REQUIRED gets a refund with --auto-refund (and when an
+	// operator asks for one: POST /v1/payments/{payment_id}/refund); a dispatcher asks the gateway
+	// until it has refunded. A refund the gateway answers finally (it does not know the payment, holds
+	// no money of it, failed the refund), or failing 20 times or for 72 hours, is DEAD: listed here until POST /v1/refunds/retry sends it again, or the money is given back by
+	// hand and recorded (POST /v1/payments/{payment_id}/refund with manual). Refunds come in payment
+	// id order (a refund's key); order_id lists every refund of one order, DONE ones too. The listing
+	// reads whatever the store holds, with or without --auto-refund.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/refunds (the `ListRefunds` operationId).
+	ListRefundsWithResponse(ctx context.Context, params *ListRefundsParams, reqEditors ...RequestEditorFn) (*ListRefundsResponse, error)
+
+	// RetryRefundsWithBodyWithResponse Send DEAD refunds again at once
+	//
+	// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+	// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+	// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+	// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+	// counts what was retried. The dispatcher runs where --auto-refund is on.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+	RetryRefundsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryRefundsResponse, error)
+
+	// RetryRefundsWithResponse Send DEAD refunds again at once
+	//
+	// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+	// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+	// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+	// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+	// counts what was retried. The dispatcher runs where --auto-refund is on.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+	RetryRefundsWithResponse(ctx context.Context, body RetryRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryRefundsResponse, error)
 
 	// GetSKUWithResponse A SKU's counters
 	//
@@ -5951,6 +6466,233 @@ func (r RefundPaymentResponse) ContentType() string {
 	return ""
 }
 
+// ListRefundsResponse401Headers the declared response headers of an HTTP 401 response for ListRefunds
+type ListRefundsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListRefundsResponse429Headers the declared response headers of an HTTP 429 response for ListRefunds
+type ListRefundsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type ListRefundsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		// NextAfter the after of the next page; left out on the last page
+		NextAfter *string  `json:"next_after,omitempty"`
+		Refunds   []Refund `json:"refunds"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRefundsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListRefundsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRefundsResponse) GetJSON200() *struct {
+	// NextAfter the after of the next page; left out on the last page
+	NextAfter *string  `json:"next_after,omitempty"`
+	Refunds   []Refund `json:"refunds"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListRefundsResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListRefundsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListRefundsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r ListRefundsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListRefundsResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListRefundsResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListRefundsResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRefundsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRefundsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRefundsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RetryRefundsResponse401Headers the declared response headers of an HTTP 401 response for RetryRefunds
+type RetryRefundsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RetryRefundsResponse429Headers the declared response headers of an HTTP 429 response for RetryRefunds
+type RetryRefundsResponse429Headers struct {
+	RetryAfter *int
+}
+
+type RetryRefundsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Retried int `json:"retried"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Invalid
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *AuthThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Timeout
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RetryRefundsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RetryRefundsResponse429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RetryRefundsResponse) GetJSON200() *struct {
+	Retried int `json:"retried"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RetryRefundsResponse) GetJSON400() *Invalid {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RetryRefundsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RetryRefundsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RetryRefundsResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RetryRefundsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RetryRefundsResponse) GetJSON429() *AuthThrottled {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r RetryRefundsResponse) GetJSON500() *Internal {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RetryRefundsResponse) GetJSON503() *Timeout {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RetryRefundsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetryRefundsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetryRefundsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetryRefundsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetSKUResponse401Headers the declared response headers of an HTTP 401 response for GetSKU
 type GetSKUResponse401Headers struct {
 	WWWAuthenticate *string
@@ -6912,7 +7654,9 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithFormdataBodyWithResponse(c
 // the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 // asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 // once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+// refund_id goes only with manual. An attempt already REFUNDED
 // answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 // again with the same key).
 //
@@ -6933,7 +7677,9 @@ func (c *ClientWithResponses) RefundPaymentWithBodyWithResponse(ctx context.Cont
 // the key the refund dispatcher uses (lapse-refund-<payment_id>: one refund, however often it is
 // asked), and records it: the attempt REFUNDED, order.refunded written, refund_required cleared
 // once no attempt of the order owes money. With {"manual": true, "note": …} the gateway is not
-// asked: the refund made outside lapse is recorded, with the note. An attempt already REFUNDED
+// asked: the refund made outside lapse is recorded, with the note (required: it says how) and
+// "api" as who, in the order.refunded event and the refund's row (GET /v1/refunds?order_id=).
+// refund_id goes only with manual. An attempt already REFUNDED
 // answers the order as it is. 202 when the gateway is still processing the refund (it is asked
 // again with the same key).
 //
@@ -6946,6 +7692,65 @@ func (c *ClientWithResponses) RefundPaymentWithResponse(ctx context.Context, pay
 		return nil, err
 	}
 	return ParseRefundPaymentResponse(rsp)
+}
+
+// ListRefundsWithResponse Page the refunds not given back yet (only the DEAD ones with dead=true)
+//
+// A payment attempt that ends REFUND_REQUIRED gets a refund with --auto-refund (and when an
+// operator asks for one: POST /v1/payments/{payment_id}/refund); a dispatcher asks the gateway
+// until it has refunded. A refund the gateway answers finally (it does not know the payment, holds
+// no money of it, failed the refund), or failing 20 times or for 72 hours, is DEAD: listed here until POST /v1/refunds/retry sends it again, or the money is given back by
+// hand and recorded (POST /v1/payments/{payment_id}/refund with manual). Refunds come in payment
+// id order (a refund's key); order_id lists every refund of one order, DONE ones too. The listing
+// reads whatever the store holds, with or without --auto-refund.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/refunds (the `ListRefunds` operationId).
+func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, params *ListRefundsParams, reqEditors ...RequestEditorFn) (*ListRefundsResponse, error) {
+	rsp, err := c.ListRefunds(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRefundsResponse(rsp)
+}
+
+// RetryRefundsWithBodyWithResponse Send DEAD refunds again at once
+//
+// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+// counts what was retried. The dispatcher runs where --auto-refund is on.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+func (c *ClientWithResponses) RetryRefundsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryRefundsResponse, error) {
+	rsp, err := c.RetryRefundsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryRefundsResponse(rsp)
+}
+
+// RetryRefundsWithResponse Send DEAD refunds again at once
+//
+// {"ids": [...]} (payment ids) retries these DEAD refunds, {"dead": true} every DEAD refund; exactly
+// one of the two. A retried refund is PENDING and due at once, its failures and age counted afresh;
+// the gateway is asked with the attempt's key again (lapse-refund-<payment_id>), so a refund it made
+// after all is answered, never made twice. An id that names no DEAD refund is not an error: retried
+// counts what was retried. The dispatcher runs where --auto-refund is on.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/refunds/retry (the `RetryRefunds` operationId).
+func (c *ClientWithResponses) RetryRefundsWithResponse(ctx context.Context, body RetryRefundsJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryRefundsResponse, error) {
+	rsp, err := c.RetryRefunds(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryRefundsResponse(rsp)
 }
 
 // GetSKUWithResponse A SKU's counters
@@ -8712,6 +9517,215 @@ func ParseRefundPaymentResponse(rsp *http.Response) (*RefundPaymentResponse, err
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RefundPaymentResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRefundsResponse parses an HTTP response from a ListRefundsWithResponse call
+func ParseListRefundsResponse(rsp *http.Response) (*ListRefundsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRefundsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			// NextAfter the after of the next page; left out on the last page
+			NextAfter *string  `json:"next_after,omitempty"`
+			Refunds   []Refund `json:"refunds"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListRefundsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListRefundsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRetryRefundsResponse parses an HTTP response from a RetryRefundsWithResponse call
+func ParseRetryRefundsResponse(rsp *http.Response) (*RetryRefundsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetryRefundsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Retried int `json:"retried"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Invalid
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest AuthThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Timeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RetryRefundsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RetryRefundsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
