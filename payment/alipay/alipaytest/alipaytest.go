@@ -270,6 +270,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.t.Errorf("fake Alipay: %v", err)
 		return
 	}
+	if method := r.PostForm.Get("method"); method == "alipay.trade.refund" {
+		// Counted before the faults: a refund answered 500 was asked too.
+		var biz struct {
+			OutTradeNo   string `json:"out_trade_no"`
+			OutRequestNo string `json:"out_request_no"`
+		}
+		_ = json.Unmarshal([]byte(r.PostForm.Get("biz_content")), &biz)
+		s.mu.Lock()
+		s.refundReqs[biz.OutTradeNo] = append(s.refundReqs[biz.OutTradeNo], biz.OutRequestNo)
+		s.mu.Unlock()
+	}
 	s.Faults.Serve(w, r, r.PostForm.Get("method"), http.HandlerFunc(s.serve), func(w http.ResponseWriter) {
 		http.Error(w, "<html>500 Internal Server Error</html>", http.StatusInternalServerError)
 	})
@@ -345,7 +356,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_STATUS_ERROR", "sub_msg": "交易状态不合法"}
 		}
 	case "alipay.trade.refund":
-		s.refundReqs[biz.OutTradeNo] = append(s.refundReqs[biz.OutTradeNo], biz.OutRequestNo)
 		resp = s.refund(tr, ok, biz.OutTradeNo, biz.OutRequestNo, biz.RefundAmount, fault == gatewaytest.FaultNone)
 	case "alipay.trade.fastpay.refund.query":
 		if biz.OutRequestNo == "" {

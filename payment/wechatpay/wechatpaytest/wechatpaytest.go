@@ -10,6 +10,7 @@
 package wechatpaytest
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
@@ -335,6 +336,19 @@ func (f *Server) handle(name string, op func(r *http.Request, no string, body []
 		}
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if name == "refund" {
+			// Counted before the faults: a refund answered 500 was asked too.
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var b struct {
+				OutTradeNo  string `json:"out_trade_no"`
+				OutRefundNo string `json:"out_refund_no"`
+			}
+			_ = json.Unmarshal(body, &b)
+			f.mu.Lock()
+			f.refundNos[b.OutTradeNo] = append(f.refundNos[b.OutTradeNo], b.OutRefundNo)
+			f.mu.Unlock()
+		}
 		f.Faults.Serve(w, r, name, http.HandlerFunc(serve), fail)
 	}
 }
@@ -462,7 +476,6 @@ func (f *Server) refund(r *http.Request, _ string, body []byte) answer {
 		f.t.Errorf("fake WeChat Pay: refund body %q (%s)", body, r.Header.Get("Content-Type"))
 		return answer{http.StatusBadRequest, map[string]string{"code": "PARAM_ERROR", "message": "参数错误"}}
 	}
-	f.refundNos[b.OutTradeNo] = append(f.refundNos[b.OutTradeNo], b.OutRefundNo)
 	tr, ok := f.trades[b.OutTradeNo]
 	if !ok {
 		return answer{http.StatusNotFound, map[string]string{"code": "RESOURCE_NOT_EXISTS", "message": "订单不存在"}}
