@@ -373,23 +373,23 @@ func (f *Server) write(w http.ResponseWriter, a answer, key *rsa.PrivateKey, ske
 func verifyAuthorization(r *http.Request, body []byte) error {
 	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "WECHATPAY2-SHA256-RSA2048 ")
 	if !ok {
-		return fmt.Errorf("Authorization %q: want WECHATPAY2-SHA256-RSA2048 …", r.Header.Get("Authorization"))
+		return fmt.Errorf("the Authorization %q: want WECHATPAY2-SHA256-RSA2048 …", r.Header.Get("Authorization"))
 	}
 	p := map[string]string{}
 	for _, kv := range strings.Split(auth, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		uq, err := strconv.Unquote(v)
 		if !ok || err != nil {
-			return fmt.Errorf("Authorization item %q is not k=\"v\"", kv)
+			return fmt.Errorf("the Authorization item %q is not k=\"v\"", kv)
 		}
 		p[k] = uq
 	}
 	if p["mchid"] != MchID || p["serial_no"] != MerchantSerial || p["nonce_str"] == "" {
-		return fmt.Errorf("Authorization %v: wrong mchid, serial_no or no nonce_str", p)
+		return fmt.Errorf("the Authorization %v: wrong mchid, serial_no or no nonce_str", p)
 	}
 	ts, err := strconv.ParseInt(p["timestamp"], 10, 64)
 	if err != nil || time.Since(time.Unix(ts, 0)).Abs() > 5*time.Minute {
-		return fmt.Errorf("Authorization timestamp %q is not now", p["timestamp"])
+		return fmt.Errorf("the Authorization timestamp %q is not now", p["timestamp"])
 	}
 	sig, err := base64.StdEncoding.DecodeString(p["signature"])
 	if err != nil {
