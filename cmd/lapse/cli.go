@@ -367,7 +367,7 @@ var flagGroups = map[string][]flagGroup{
 	"serve serve": {
 		{"Server", []string{"addr", "api-token", "api-token-file", "default-timeout", "max-timeout", "default-currency", "shutdown-timeout", "log-level", "log-format"}},
 		{"Store and timers", []string{"store", "no-migrate", "timers", "redis-prefix", "grace", "sweep-interval", "sweep-lag", "remind-before"}},
-		{"Payments and gateways", []string{"callback-secret", "callback-secret-file", "previous-callback-secret", "gateway", "gateway-", "confirm-after", "auto-refund", "stripe-", "alipay-", "wechatpay-"}},
+		{"Payments and gateways", []string{"callback-secret", "callback-secret-file", "previous-callback-secret", "gateway", "gateway-", "confirm-after", "auto-refund", "refund-", "stripe-", "alipay-", "wechatpay-"}},
 		{"Events", []string{"sink", "event-format", "webhook-", "outbox-"}},
 		{"Inventory", []string{"inventory", "inventory-", "task-"}},
 		{"Order service", []string{"order-service", "order-service-"}},

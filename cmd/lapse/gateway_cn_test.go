@@ -1,50 +1,35 @@
 package main
 
 import (
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lapsehq/lapse/payment/alipay"
+	"github.com/lapsehq/lapse/payment/alipay/alipaytest"
 	"github.com/lapsehq/lapse/payment/wechatpay"
+	"github.com/lapsehq/lapse/payment/wechatpay/wechatpaytest"
 )
 
-// cnFiles are key files written for the test: the app's or merchant's
-// private key, Alipay's public key, a WeChat Pay platform certificate and
-// an APIv3 key.
+// cnFiles are key files written for the test, those the local gateways
+// (alipaytest, wechatpaytest) sign and verify with: the Alipay app's
+// private key and Alipay's public key; the WeChat Pay merchant's private
+// key, the platform certificate and the APIv3 key.
 type cnFiles struct {
-	privateKey, publicKey, cert, apiV3, broken string
-	alipayKey                                  *rsa.PrivateKey // signs as Alipay
+	privateKey, publicKey, merchantKey, cert, apiV3, broken string
+	alipayKey                                               *rsa.PrivateKey // signs as Alipay
 }
-
-var cnKeys = sync.OnceValue(func() [2]*rsa.PrivateKey {
-	var ks [2]*rsa.PrivateKey
-	for i := range ks {
-		k, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			panic(err)
-		}
-		ks[i] = k
-	}
-	return ks
-})
 
 // brokenKeyMarker is in a malformed key file: no error may show it.
 const brokenKeyMarker = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDSECRET"
@@ -52,7 +37,7 @@ const brokenKeyMarker = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDSECR
 func writeCNFiles(t *testing.T) cnFiles {
 	t.Helper()
 	dir := t.TempDir()
-	ks := cnKeys()
+	ali, wx := alipaytest.TestKeys(), wechatpaytest.TestKeys()
 	write := func(name string, data []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, data, 0o600); err != nil {
@@ -60,27 +45,25 @@ func writeCNFiles(t *testing.T) cnFiles {
 		}
 		return p
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(ks[0])
-	if err != nil {
-		t.Fatal(err)
+	private := func(key *rsa.PrivateKey) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	}
-	pub, err := x509.MarshalPKIXPublicKey(&ks[1].PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(0x5157F09E), Subject: pkix.Name{CommonName: "Tenpay.com Root CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	cert, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ks[1].PublicKey, ks[1])
+	pub, err := x509.MarshalPKIXPublicKey(&ali.Alipay.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cnFiles{
-		privateKey: write("app_key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
-		publicKey:  write("alipay_public.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
-		cert:       write("platform.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert})),
-		apiV3:      write("apiv3.key", []byte("a7cde1ZJB1kG2e7VfTs3jQzaWizur8Gb\n")),
-		broken:     write("broken.pem", []byte("-----BEGIN PRIVATE KEY-----\n"+brokenKeyMarker+"\n-----END PRIVATE KEY-----\n")),
-		alipayKey:  ks[1],
+		privateKey:  write("app_key.pem", private(ali.App)),
+		publicKey:   write("alipay_public.pem", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
+		merchantKey: write("merchant_key.pem", private(wx.Merchant)),
+		cert:        write("platform.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: wx.PlatformCert.Raw})),
+		apiV3:       write("apiv3.key", append(append([]byte(nil), wx.APIv3...), '\n')),
+		broken:      write("broken.pem", []byte("-----BEGIN PRIVATE KEY-----\n"+brokenKeyMarker+"\n-----END PRIVATE KEY-----\n")),
+		alipayKey:   ali.Alipay,
 	}
 }
 
@@ -111,7 +94,7 @@ func TestCNGatewayFlags(t *testing.T) {
 		t.Fatalf("--gateway alipay: %T %v %v", g, names, err)
 	}
 	wechatArgs := []string{"--gateway", "wechatpay", "--wechatpay-mchid", "1230000109", "--wechatpay-serial", "3775B6A45ACD5888",
-		"--wechatpay-private-key-file", f.privateKey, "--wechatpay-platform-cert-file", f.cert, "--wechatpay-apiv3-key-file", f.apiV3}
+		"--wechatpay-private-key-file", f.merchantKey, "--wechatpay-platform-cert-file", f.cert, "--wechatpay-apiv3-key-file", f.apiV3}
 	g, names, err = open(wechatArgs...)
 	if _, ok := g.(*wechatpay.Gateway); !ok || err != nil || strings.Join(names, ",") != "wechatpay" {
 		t.Fatalf("--gateway wechatpay: %T %v %v", g, names, err)
@@ -194,110 +177,6 @@ func TestAlipayNotificationThroughServe(t *testing.T) {
 	}
 }
 
-// localAlipay plays Alipay's OpenAPI gateway — alipay.trade.query and
-// alipay.trade.close, with the documented request and response shapes — for
-// lapse run as a process: it checks every request's signature with the
-// app's public key and signs every answer with Alipay's key. Trades are
-// kept by out_trade_no (lapse's payment_id).
-type localAlipay struct {
-	t     *testing.T
-	url   string
-	files cnFiles
-
-	mu     sync.Mutex
-	trades map[string]alipayTrade
-	calls  map[string]int // by method
-}
-
-type alipayTrade struct {
-	status string // WAIT_BUYER_PAY, TRADE_SUCCESS, TRADE_CLOSED
-	cents  int64
-}
-
-func newLocalAlipay(t *testing.T, f cnFiles) *localAlipay {
-	a := &localAlipay{t: t, files: f, trades: map[string]alipayTrade{}, calls: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(a.serve))
-	t.Cleanup(srv.Close)
-	a.url = srv.URL + "/gateway.do"
-	return a
-}
-
-func (a *localAlipay) set(outTradeNo, status string, cents int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.trades[outTradeNo] = alipayTrade{status, cents}
-}
-
-func (a *localAlipay) trade(outTradeNo string) alipayTrade {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.trades[outTradeNo]
-}
-
-func (a *localAlipay) count(method string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.calls[method]
-}
-
-func (a *localAlipay) serve(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	v := r.PostForm
-	method := v.Get("method")
-	content, err := alipay.SignContent(v, "sign")
-	if err == nil {
-		err = alipay.Verify(&cnKeys()[0].PublicKey, []byte(content), v.Get("sign"))
-	}
-	if err != nil {
-		a.t.Errorf("local Alipay: %s: the request's signature: %v", method, err)
-		a.write(w, method, map[string]any{"code": "40002", "msg": "Invalid Arguments", "sub_code": "isv.invalid-signature"})
-		return
-	}
-	var biz struct {
-		OutTradeNo string `json:"out_trade_no"`
-	}
-	_ = json.Unmarshal([]byte(v.Get("biz_content")), &biz)
-	a.mu.Lock()
-	a.calls[method]++
-	tr, ok := a.trades[biz.OutTradeNo]
-	var resp map[string]any
-	switch {
-	case method != "alipay.trade.query" && method != "alipay.trade.close":
-		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "isv.invalid-method"}
-	case !ok:
-		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_NOT_EXIST", "sub_msg": "交易不存在"}
-	case method == "alipay.trade.query":
-		resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo,
-			"trade_status": tr.status, "total_amount": alipay.FormatAmount(tr.cents)}
-	case tr.status == "WAIT_BUYER_PAY":
-		a.trades[biz.OutTradeNo] = alipayTrade{"TRADE_CLOSED", 0}
-		resp = map[string]any{"code": "10000", "msg": "Success", "out_trade_no": biz.OutTradeNo, "trade_no": "2026" + biz.OutTradeNo}
-	default: // paid or closed
-		resp = map[string]any{"code": "40004", "msg": "Business Failed", "sub_code": "ACQ.TRADE_STATUS_ERROR", "sub_msg": "交易状态不合法"}
-	}
-	a.mu.Unlock()
-	a.write(w, method, resp)
-}
-
-// write answers {"<method>_response": obj, "sign": …}, signed with Alipay's key.
-func (a *localAlipay) write(w http.ResponseWriter, method string, obj map[string]any) {
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		a.t.Errorf("local Alipay: %v", err)
-		return
-	}
-	sig, err := alipay.SignBytes(a.files.alipayKey, raw)
-	if err != nil {
-		a.t.Errorf("local Alipay: %v", err)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html;charset=utf-8") // as Alipay does
-	fmt.Fprintf(w, `{"%s":%s,"sign":"%s"}`, strings.ReplaceAll(method, ".", "_")+"_response", raw, sig)
-}
-
 // `lapse reconcile --gateway alipay` asks Alipay about each trade
 // (out_trade_no: the payment_id) lapse recorded of an order, on a store
 // that `lapse serve --gateway alipay` filled against the same local Alipay:
@@ -306,9 +185,9 @@ func (a *localAlipay) write(w http.ResponseWriter, method string, obj map[string
 func TestReconcileWithAlipay(t *testing.T) {
 	t.Parallel()
 	f := writeCNFiles(t)
-	ali := newLocalAlipay(t, f)
+	ali := alipaytest.New(t)
 	gateway := []string{"--gateway", "alipay", "--alipay-app-id", "2021000000000001", "--alipay-private-key-file", f.privateKey,
-		"--alipay-public-key-file", f.publicKey, "--alipay-gateway-url", ali.url}
+		"--alipay-public-key-file", f.publicKey, "--alipay-gateway-url", ali.URL}
 	db := "sqlite://" + filepath.Join(t.TempDir(), "lapse.db")
 	s := startServe(t, nil, append([]string{"--store", db, "--grace", "0s"}, gateway...)...)
 	s.call("PUT", "/v1/skus/tee", `{"available": 5}`, 200)
@@ -316,9 +195,9 @@ func TestReconcileWithAlipay(t *testing.T) {
 		s.call("POST", "/v1/orders", fmt.Sprintf(`{"id":%q,"items":[{"sku":"tee","qty":1}],"amount_cents":999,"currency":"CNY","timeout_seconds":2}`, id), 201)
 	}
 	for _, no := range []string{"ali-old", "ali-new"} {
-		ali.set(no, "WAIT_BUYER_PAY", 0) // the buyer scanned each code
+		ali.SetStatus(no, "WAIT_BUYER_PAY", 0) // the buyer scanned each code
 	}
-	ali.set("ali-paid", "TRADE_SUCCESS", 999) // paid, its notification lost: the deadline's check finds it
+	ali.SetStatus("ali-paid", "TRADE_SUCCESS", 999) // paid, its notification lost: the deadline's check finds it
 	s.call("POST", "/v1/orders/cn-paid/pay", `{"payment_id":"ali-paid"}`, 200)
 	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-old"}`, 200)
 	s.call("POST", "/v1/orders/cn-cancelled/pay", `{"payment_id":"ali-new"}`, 200)
@@ -327,24 +206,24 @@ func TestReconcileWithAlipay(t *testing.T) {
 	s.waitStatus("cn-abandoned", "CANCELLED", 15*time.Second)
 	s.stop()
 	for _, no := range []string{"ali-old", "ali-new"} {
-		if tr := ali.trade(no); tr.status != "TRADE_CLOSED" {
-			t.Fatalf("%s after lapse serve: %s, want TRADE_CLOSED", no, tr.status)
+		if tr, _ := ali.Trade(no); tr.Status != "TRADE_CLOSED" {
+			t.Fatalf("%s after lapse serve: %s, want TRADE_CLOSED", no, tr.Status)
 		}
 	}
 
-	queries, closes := ali.count("alipay.trade.query"), ali.count("alipay.trade.close")
+	queries, closes := ali.Calls("alipay.trade.query"), ali.Calls("alipay.trade.close")
 	rep, stderr, code := reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
 	if code != 0 || !rep.OK() || rep.Orders != 3 || rep.GatewayRecords != 2 {
 		t.Fatalf("reconcile of a store Alipay agrees with: exit %d, %+v\n%s", code, rep, stderr)
 	}
-	if q, c := ali.count("alipay.trade.query")-queries, ali.count("alipay.trade.close")-closes; q != 3 || c != 0 {
+	if q, c := ali.Calls("alipay.trade.query")-queries, ali.Calls("alipay.trade.close")-closes; q != 3 || c != 0 {
 		t.Errorf("reconcile made %d trade.query and %d trade.close calls; want 3 (one per trade) and none", q, c)
 	}
 
 	// ali-old, closed when ali-new superseded it, is paid after all; and
 	// Alipay has ali-paid for another amount than the order's.
-	ali.set("ali-old", "TRADE_SUCCESS", 999)
-	ali.set("ali-paid", "TRADE_SUCCESS", 990)
+	ali.SetStatus("ali-old", "TRADE_SUCCESS", 999)
+	ali.SetStatus("ali-paid", "TRADE_SUCCESS", 990)
 	rep, stderr, code = reconcileJSON(t, append([]string{"--store", db}, gateway...)...)
 	want := []string{"amount_mismatch cn-paid ali-paid", "cancelled_but_paid cn-cancelled ali-old"}
 	if got := mismatchRows(rep.Mismatches); code != 1 || !slices.Equal(got, want) || len(rep.Errors) != 0 {

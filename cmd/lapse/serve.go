@@ -38,6 +38,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	confirmAfter := fs.Duration("confirm-after", time.Minute, positive, "query the gateway again this long after cancelling an order that had a payment attempt")
 	pendingMax := fs.Duration("gateway-pending-max", 5*time.Minute, positive, "how long to wait while the gateway reports a payment in progress before closing the trade")
 	autoRefund := fs.Bool("auto-refund", false, "refund at the gateway, by itself, every payment attempt that ends REFUND_REQUIRED (paid after the cancel, paid twice, a wrong amount): retried until the gateway has refunded it, once per attempt (needs a --gateway that refunds)")
+	refundLease := fs.Duration("refund-lease", time.Minute, span{min: 100 * time.Millisecond}, "with --auto-refund: how long a claimed batch of refunds is held by one instance; a refund asked by an instance that died is asked again, with the same key, once this runs out")
+	refundRetryBase := fs.Duration("refund-retry-base", 2*time.Second, span{min: time.Millisecond}, "with --auto-refund: the first backoff after a refund failed (a 5xx, no answer); it doubles, jittered, up to 10 min")
 	remindBefore := fs.Duration("remind-before", 0, off, "send a best-effort order.expiring event this long before expires_at (0: off; not with --timers sql)")
 	sinkFl := addSinkFlags(fs)
 	invFl := addInventoryFlags(fs)
@@ -151,6 +153,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return usage("--auto-refund needs a --gateway that refunds (stripe, alipay, wechatpay or an HTTP gateway)")
 		}
 		cfg.AutoRefund = true
+		cfg.Refunds.Lease, cfg.Refunds.RetryBase = *refundLease, *refundRetryBase
 	}
 	st, err := openStore(ctx, *storeURL)
 	if err != nil {

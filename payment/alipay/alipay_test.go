@@ -39,7 +39,7 @@ func TestQueryStates(t *testing.T) {
 	f, u := newFake(t)
 	gw := newGateway(t, u)
 	ctx := context.Background()
-	f.setStatus("p-fin", "TRADE_FINISHED", 1999999)
+	f.SetStatus("p-fin", "TRADE_FINISHED", 1999999)
 	st, err := gw.QueryAttempt(ctx, "o", "p-fin")
 	if err != nil || st != (payment.Status{State: payment.StatePaid, PaymentID: "p-fin", AmountCents: 1999999, Currency: "CNY"}) {
 		t.Fatalf("TRADE_FINISHED: %+v %v", st, err)
@@ -49,7 +49,7 @@ func TestQueryStates(t *testing.T) {
 	if err := gw.CloseAttempt(ctx, "o", "p-fin"); !errors.Is(err, payment.ErrAlreadyPaid) {
 		t.Fatalf("close of TRADE_FINISHED: %v", err)
 	}
-	if n := f.calls("alipay.trade.query"); n != 2 {
+	if n := f.Calls("alipay.trade.query"); n != 2 {
 		t.Fatalf("%d queries, want 2 (one after the close's status error)", n)
 	}
 }
@@ -61,9 +61,9 @@ func TestQueryCarriesTheCurrency(t *testing.T) {
 	t.Parallel()
 	f, u := newFake(t)
 	gw := newGateway(t, u)
-	f.setPriced("p-cny", 1299, "")
-	f.setPriced("p-usd", 1299, "USD")
-	f.setPriced("p-jpy", 1299, "JPY")
+	f.SetPriced("p-cny", 1299, "")
+	f.SetPriced("p-usd", 1299, "USD")
+	f.SetPriced("p-jpy", 1299, "JPY")
 	for no, want := range map[string]string{"p-cny": "CNY", "p-usd": "USD", "p-jpy": "JPY"} {
 		st, err := gw.QueryAttempt(context.Background(), "o", no)
 		if err != nil || st.State != payment.StatePaid || st.Currency != want {
@@ -310,22 +310,22 @@ func TestGatewayCheck(t *testing.T) {
 
 	// Paid at Alipay, the notification lost: PAID.
 	l.Paying(t, "paid", "pay-paid", 2550, 2*time.Second)
-	f.setStatus("pay-paid", "TRADE_SUCCESS", 2550)
+	f.SetStatus("pay-paid", "TRADE_SUCCESS", 2550)
 	if o := l.WaitStatus(t, "paid", order.Paid, 10*time.Second); o.PaymentID != "pay-paid" {
 		t.Fatalf("paid by %q", o.PaymentID)
 	}
 	// The buyer opened the page and left: the trade is closed, then the
 	// order cancelled.
 	l.Paying(t, "left", "pay-left", 100, 2*time.Second)
-	f.setStatus("pay-left", "WAIT_BUYER_PAY", 0)
+	f.SetStatus("pay-left", "WAIT_BUYER_PAY", 0)
 	l.WaitStatus(t, "left", order.Cancelled, 10*time.Second)
-	if tr, _ := f.trade("pay-left"); tr.status != "TRADE_CLOSED" {
-		t.Fatalf("pay-left is %s at Alipay, want TRADE_CLOSED", tr.status)
+	if tr, _ := f.Trade("pay-left"); tr.Status != "TRADE_CLOSED" {
+		t.Fatalf("pay-left is %s at Alipay, want TRADE_CLOSED", tr.Status)
 	}
 	// Never scanned: Alipay has no trade; cancelled.
 	l.Paying(t, "never", "pay-never", 100, 2*time.Second)
 	l.WaitStatus(t, "never", order.Cancelled, 10*time.Second)
-	if f.calls("alipay.trade.close") < 2 {
+	if f.Calls("alipay.trade.close") < 2 {
 		t.Fatal("the never-scanned trade was not closed")
 	}
 }

@@ -3,9 +3,6 @@ package wechatpay_test
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -22,6 +19,7 @@ import (
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/payment/gatewaytest"
 	"github.com/lapsehq/lapse/payment/wechatpay"
+	"github.com/lapsehq/lapse/payment/wechatpay/wechatpaytest"
 )
 
 func TestConformance(t *testing.T) {
@@ -43,35 +41,35 @@ func TestQueryDetails(t *testing.T) {
 	f, u := newFake(t)
 	gw := newGateway(t, u)
 	ctx := context.Background()
-	f.set("p-old", "NOTPAY", 0)
+	f.SetState("p-old", "NOTPAY", 0)
 	for _, skew := range []time.Duration{-6 * time.Minute, 6 * time.Minute} {
-		f.setSkew(skew)
+		f.SetSkew(skew)
 		if st, err := gw.QueryAttempt(ctx, "o", "p-old"); err == nil || !strings.Contains(err.Error(), "off the clock") {
 			t.Fatalf("a response signed %s off: %+v %v", skew, st, err)
 		}
 	}
-	f.setSkew(4 * time.Minute)
+	f.SetSkew(4 * time.Minute)
 	if st, err := gw.QueryAttempt(ctx, "o", "p-old"); err != nil || st.State != payment.StateNotPaid {
 		t.Fatalf("a response signed 4 min off: %+v %v", st, err)
 	}
-	f.setSkew(0)
+	f.SetSkew(0)
 	for _, s := range []string{"REVOKED", "PAYERROR"} {
-		f.set("p-"+s, s, 0)
+		f.SetState("p-"+s, s, 0)
 		if st, err := gw.QueryAttempt(ctx, "o", "p-"+s); err != nil || st.State != payment.StateClosed {
 			t.Fatalf("%s: %+v %v", s, st, err)
 		}
 	}
-	f.set("p-paying", "USERPAYING", 0)
+	f.SetState("p-paying", "USERPAYING", 0)
 	if err := gw.CloseAttempt(ctx, "o", "p-paying"); err == nil || errors.Is(err, payment.ErrAlreadyPaid) {
 		t.Fatalf("close while the user is paying: %v, want an error", err)
 	}
-	if tr := f.trade("p-paying"); tr.state != "USERPAYING" {
-		t.Fatalf("p-paying is %s", tr.state)
+	if tr := f.Trade("p-paying"); tr.State != "USERPAYING" {
+		t.Fatalf("p-paying is %s", tr.State)
 	}
 	// Another platform certificate than the one that signed: refused.
 	k := keys()
-	other, err := wechatpay.New(wechatpay.Config{MchID: mchID, SerialNo: merchantSerial, PrivateKey: k.merchant,
-		PlatformCerts: []*x509.Certificate{k.strangerCert}, APIBase: u, Timeout: timeout})
+	other, err := wechatpay.New(wechatpay.Config{MchID: mchID, SerialNo: merchantSerial, PrivateKey: k.Merchant,
+		PlatformCerts: []*x509.Certificate{k.StrangerCert}, APIBase: u, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +86,7 @@ func TestQueryCarriesTheCurrency(t *testing.T) {
 	f, u := newFake(t)
 	gw := newGateway(t, u)
 	for no, c := range map[string]string{"p-cny": "", "p-usd": "USD", "p-jpy": "JPY"} {
-		f.setPriced(no, 1299, c)
+		f.SetPriced(no, 1299, c)
 		want := c
 		if want == "" {
 			want = "CNY"
@@ -104,13 +102,13 @@ func TestQueryCarriesTheCurrency(t *testing.T) {
 func TestNotificationCarriesTheCurrency(t *testing.T) {
 	t.Parallel()
 	k := keys()
-	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.PlatformCert}, APIv3Key: k.APIv3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ currency, want string }{{"", "CNY"}, {"USD", "USD"}, {"JPY", "JPY"}} {
 		body := notice{id: "n-" + c.want, no: "pay-1", state: "SUCCESS", cents: 1299, currency: c.currency}.body(t)
-		reps, err := n.Verify(context.Background(), headers(k.platform, platformSerial(), time.Now(), body), body)
+		reps, err := n.Verify(context.Background(), headers(k.Platform, platformSerial(), time.Now(), body), body)
 		if err != nil || len(reps) != 1 || reps[0].Currency != c.want || reps[0].AmountCents != 1299 {
 			t.Errorf("amount.currency %q: %+v, %v; want one report of 1299 %s", c.currency, reps, err, c.want)
 		}
@@ -148,24 +146,24 @@ func TestTimeExpire(t *testing.T) {
 func TestKeyFiles(t *testing.T) {
 	t.Parallel()
 	k := keys()
-	der, err := x509.MarshalPKCS8PrivateKey(k.merchant)
+	der, err := x509.MarshalPKCS8PrivateKey(k.Merchant)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := wechatpay.ParsePrivateKey(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	if err != nil || !got.Equal(k.merchant) {
+	if err != nil || !got.Equal(k.Merchant) {
 		t.Fatalf("ParsePrivateKey: %v", err)
 	}
 	if _, err := wechatpay.ParsePrivateKey(der); err == nil {
 		t.Fatal("a key without PEM was read")
 	}
-	certs := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.platformCert.Raw}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.strangerCert.Raw})...)
+	certs := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.PlatformCert.Raw}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.StrangerCert.Raw})...)
 	cs, err := wechatpay.ParseCertificates(certs)
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("ParseCertificates: %d %v", len(cs), err)
 	}
-	if key, err := wechatpay.ParseAPIv3Key(append(append([]byte(nil), k.apiV3...), '\n')); err != nil || string(key) != string(k.apiV3) {
+	if key, err := wechatpay.ParseAPIv3Key(append(append([]byte(nil), k.APIv3...), '\n')); err != nil || string(key) != string(k.APIv3) {
 		t.Fatalf("ParseAPIv3Key: %v", err)
 	}
 	if _, err := wechatpay.ParseAPIv3Key([]byte("short-secret-value")); err == nil || strings.Contains(err.Error(), "short-secret") {
@@ -185,45 +183,23 @@ type notice struct {
 
 func (n notice) body(t *testing.T) []byte {
 	t.Helper()
-	if n.mchID == "" {
-		n.mchID = mchID
+	tx := wechatpaytest.Transaction(n.no, wechatpaytest.Trade{State: n.state, Cents: n.cents, Currency: n.currency})
+	if n.mchID != "" {
+		tx["mchid"] = n.mchID
 	}
-	if n.apiV3Key == nil {
-		n.apiV3Key = keys().apiV3
-	}
-	tx := transaction(n.no, trade{n.state, n.cents, n.currency})
-	tx["mchid"] = n.mchID
-	plain, _ := json.Marshal(tx)
-	block, err := aes.NewCipher(n.apiV3Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcm, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nonce := nonce()[:12]
-	ct := gcm.Seal(nil, []byte(nonce), plain, []byte("transaction"))
 	summary := map[string]string{"SUCCESS": "支付成功"}[n.state]
-	body, _ := json.Marshal(map[string]any{
-		"id": n.id, "create_time": "2026-06-08T10:34:56+08:00", "resource_type": "encrypt-resource",
-		"event_type": "TRANSACTION.SUCCESS", "summary": summary,
-		"resource": map[string]string{"original_type": "transaction", "algorithm": "AEAD_AES_256_GCM",
-			"ciphertext": base64.StdEncoding.EncodeToString(ct), "associated_data": "transaction", "nonce": nonce},
-	})
+	body, err := wechatpaytest.Notification{ID: n.id, EventType: "TRANSACTION.SUCCESS", Summary: summary, OriginalType: "transaction",
+		Resource: tx, APIv3Key: n.apiV3Key}.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return body
-}
-
-func headers(key *rsa.PrivateKey, serial string, at time.Time, body []byte) http.Header {
-	h := http.Header{"Content-Type": {"application/json"}}
-	signHeaders(h, key, serial, at, body)
-	return h
 }
 
 func TestNotifications(t *testing.T) {
 	t.Parallel()
 	k := keys()
-	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.PlatformCert}, APIv3Key: k.APIv3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,26 +221,26 @@ func TestNotifications(t *testing.T) {
 	good := notice{id: "EV-2026060800001", no: "pay-o-1", state: "SUCCESS", cents: 12345}.body(t)
 	platform := platformSerial()
 
-	refused("stale", headers(k.platform, platform, now.Add(-6*time.Minute), good), good)
-	refused("from the future", headers(k.platform, platform, now.Add(6*time.Minute), good), good)
-	refused("signed with another key", headers(k.other, platform, now, good), good)
-	refused("signed by an unconfigured certificate", headers(k.other, "ABCDEF", now, good), good)
-	forged := headers(k.platform, platform, now, good)
+	refused("stale", headers(k.Platform, platform, now.Add(-6*time.Minute), good), good)
+	refused("from the future", headers(k.Platform, platform, now.Add(6*time.Minute), good), good)
+	refused("signed with another key", headers(k.Other, platform, now, good), good)
+	refused("signed by an unconfigured certificate", headers(k.Other, "ABCDEF", now, good), good)
+	forged := headers(k.Platform, platform, now, good)
 	forged.Set("Wechatpay-Signature", base64.StdEncoding.EncodeToString(make([]byte, 256)))
 	refused("forged signature", forged, good)
 	refused("WeChat Pay's signature probe", func() http.Header {
-		h := headers(k.platform, platform, now, good)
+		h := headers(k.Platform, platform, now, good)
 		h.Set("Wechatpay-Signature", "WECHATPAY/SIGNTEST/"+h.Get("Wechatpay-Signature"))
 		return h
 	}(), good)
 	refused("unsigned", http.Header{"Content-Type": {"application/json"}}, good)
 	tampered := []byte(strings.Replace(string(good), "EV-2026060800001", "EV-2026060800002", 1))
-	refused("tampered after signing", headers(k.platform, platform, now, good), tampered)
+	refused("tampered after signing", headers(k.Platform, platform, now, good), tampered)
 	// The next ones are signed by the platform: what they carry is wrong.
 	cheap := notice{id: "EV-x", no: "pay-o-1", state: "SUCCESS", cents: 1, apiV3Key: []byte("0123456789abcdef0123456789abcdef")}.body(t)
-	refused("encrypted with another APIv3 key", headers(k.platform, platform, now, cheap), cheap)
+	refused("encrypted with another APIv3 key", headers(k.Platform, platform, now, cheap), cheap)
 	theirs := notice{id: "EV-y", no: "pay-o-1", state: "SUCCESS", cents: 12345, mchID: "1900000001"}.body(t)
-	refused("another merchant's", headers(k.platform, platform, now, theirs), theirs)
+	refused("another merchant's", headers(k.Platform, platform, now, theirs), theirs)
 	var env map[string]any
 	_ = json.Unmarshal(good, &env)
 	res := env["resource"].(map[string]any)
@@ -272,10 +248,10 @@ func TestNotifications(t *testing.T) {
 	ct[len(ct)/2] ^= 1
 	res["ciphertext"] = base64.StdEncoding.EncodeToString(ct)
 	flipped, _ := json.Marshal(env)
-	refused("a ciphertext bit flipped", headers(k.platform, platform, now, flipped), flipped)
+	refused("a ciphertext bit flipped", headers(k.Platform, platform, now, flipped), flipped)
 
 	// Valid: applied, 204.
-	r := l.Notify(t, "wechatpay", headers(k.platform, platform, now, good), good)
+	r := l.Notify(t, "wechatpay", headers(k.Platform, platform, now, good), good)
 	if r.Status != http.StatusNoContent || len(r.Body) != 0 {
 		t.Fatalf("valid: %d %s", r.Status, r.Body)
 	}
@@ -284,7 +260,7 @@ func TestNotifications(t *testing.T) {
 		t.Fatalf("o-1: %s by %q", paid.Status, paid.PaymentID)
 	}
 	// Sent again as WeChat Pay retries (signed afresh): nothing changes.
-	if r := l.Notify(t, "wechatpay", headers(k.platform, platform, time.Now(), good), good); r.Status != http.StatusNoContent {
+	if r := l.Notify(t, "wechatpay", headers(k.Platform, platform, time.Now(), good), good); r.Status != http.StatusNoContent {
 		t.Fatalf("replay: %d %s", r.Status, r.Body)
 	}
 	if again := l.Order(t, "o-1"); again.Version != paid.Version {
@@ -292,7 +268,7 @@ func TestNotifications(t *testing.T) {
 	}
 	// Closed: the attempt failed; o-2 is back to PENDING.
 	closed := notice{id: "EV-2026060800003", no: "pay-o-2", state: "CLOSED"}.body(t)
-	if r := l.Notify(t, "wechatpay", headers(k.platform, platform, now, closed), closed); r.Status != http.StatusNoContent {
+	if r := l.Notify(t, "wechatpay", headers(k.Platform, platform, now, closed), closed); r.Status != http.StatusNoContent {
 		t.Fatalf("CLOSED: %d %s", r.Status, r.Body)
 	}
 	if o := l.Order(t, "o-2"); o.Status != order.Pending {
@@ -309,25 +285,25 @@ func TestGatewayCheck(t *testing.T) {
 
 	// Paid, the notification lost: PAID.
 	l.Paying(t, "paid", "pay-paid", 2550, 2*time.Second)
-	f.set("pay-paid", "SUCCESS", 2550)
+	f.SetState("pay-paid", "SUCCESS", 2550)
 	if o := l.WaitStatus(t, "paid", order.Paid, 10*time.Second); o.PaymentID != "pay-paid" {
 		t.Fatalf("paid by %q", o.PaymentID)
 	}
 	// Not paid: closed at WeChat Pay, then cancelled.
 	l.Paying(t, "left", "pay-left", 100, 2*time.Second)
-	f.set("pay-left", "NOTPAY", 0)
+	f.SetState("pay-left", "NOTPAY", 0)
 	l.WaitStatus(t, "left", order.Cancelled, 10*time.Second)
-	if tr := f.trade("pay-left"); tr.state != "CLOSED" {
-		t.Fatalf("pay-left is %s at WeChat Pay", tr.state)
+	if tr := f.Trade("pay-left"); tr.State != "CLOSED" {
+		t.Fatalf("pay-left is %s at WeChat Pay", tr.State)
 	}
 	// The user is entering a password: past the pending maximum, lapse
 	// tries to close, WeChat Pay refuses (USER_PAYING), the order stays
 	// PAYING; the payment goes through and the order is PAID.
-	closes := f.count("close")
+	closes := f.Count("close")
 	l.Paying(t, "typing", "pay-typing", 300, 2*time.Second)
-	f.set("pay-typing", "USERPAYING", 0)
+	f.SetState("pay-typing", "USERPAYING", 0)
 	deadline := time.Now().Add(10 * time.Second)
-	for f.count("close") == closes {
+	for f.Count("close") == closes {
 		if time.Now().After(deadline) {
 			t.Fatal("no close of the trade in progress after the pending maximum")
 		}
@@ -336,7 +312,7 @@ func TestGatewayCheck(t *testing.T) {
 	if o := l.Order(t, "typing"); o.Status != order.Paying {
 		t.Fatalf("typing is %s while the user pays", o.Status)
 	}
-	f.set("pay-typing", "SUCCESS", 300)
+	f.SetState("pay-typing", "SUCCESS", 300)
 	l.WaitStatus(t, "typing", order.Paid, 20*time.Second)
 }
 
@@ -364,7 +340,7 @@ func (l *lockedBuffer) String() string {
 func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
 	t.Parallel()
 	k := keys()
-	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.platformCert}, APIv3Key: k.apiV3})
+	n, err := wechatpay.NewNotifier(wechatpay.Config{MchID: mchID, PlatformCerts: []*x509.Certificate{k.PlatformCert}, APIv3Key: k.APIv3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +350,7 @@ func TestOversizedNotificationIsRefusedForGood(t *testing.T) {
 	l.Paying(t, "o-1", "pay-o-1", 1299, time.Hour)
 	good := notice{id: "EV-big", no: "pay-o-1", state: "SUCCESS", cents: 1299}.body(t)
 	big := append(good[:len(good)-1:len(good)-1], []byte(`,"pad":"`+strings.Repeat("PADDING", (1<<20)/7+1)+`"}`)...)
-	r := l.Notify(t, "wechatpay", headers(k.platform, platformSerial(), time.Now(), big), big)
+	r := l.Notify(t, "wechatpay", headers(k.Platform, platformSerial(), time.Now(), big), big)
 	var body struct{ Code, Message string }
 	if r.Status != http.StatusRequestEntityTooLarge || json.Unmarshal(r.Body, &body) != nil || body.Code != "FAIL" || body.Message == "" {
 		t.Fatalf("oversized: %d %s, want 413 {\"code\":\"FAIL\",…}", r.Status, r.Body)

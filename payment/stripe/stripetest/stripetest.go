@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/lapsehq/lapse/payment/gatewaytest"
 )
 
 // PaymentIntent is the state the server keeps of one.
@@ -40,10 +42,13 @@ type PaymentIntent struct {
 	Metadata   map[string]string
 }
 
-// Server is a running fake Stripe.
+// Server is a running fake Stripe. Faults injects faults by "METHOD
+// path" ("POST /v1/refunds"): a 500 api_error answered, or a request
+// applied and its answer withheld.
 type Server struct {
-	URL string
-	Key string
+	URL    string
+	Key    string
+	Faults gatewaytest.Faults
 
 	srv  *httptest.Server
 	reqs atomic.Int64
@@ -90,9 +95,10 @@ type session struct {
 func New(t testing.TB, key string) *Server {
 	s := &Server{Key: key, pis: map[string]*PaymentIntent{}, sessions: map[string]*session{},
 		fail: map[string]int{}, hang: map[string]bool{}, idem: map[string]idemResult{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.srv = httptest.NewServer(http.HandlerFunc(s.record))
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
+	t.Cleanup(s.Faults.Release) // runs first: held answers end
 	return s
 }
 
@@ -238,7 +244,8 @@ func (s *Server) Count(methodPath string) int {
 	return n
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+// record counts a request, then serves it under the faults set.
+func (s *Server) record(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Request-Id", fmt.Sprintf("req_test%d", s.reqs.Add(1)))
 	call := r.Method + " " + r.URL.Path
 	s.mu.Lock()
@@ -246,6 +253,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
 	}
+	s.mu.Unlock()
+	s.Faults.Serve(w, r, call, http.HandlerFunc(s.serve), func(w http.ResponseWriter) {
+		stripeError(w, http.StatusInternalServerError, "api_error", "", "An unknown error occurred")
+	})
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	call := r.Method + " " + r.URL.Path
+	s.mu.Lock()
 	failWith, hang, outage := s.fail[call], s.hang[call], s.outage
 	s.mu.Unlock()
 	switch {
