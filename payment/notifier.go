@@ -7,9 +7,10 @@ import (
 
 // Notifier verifies the notifications a gateway sends in its own format —
 // Stripe's signed events, Alipay's signed form, WeChat Pay's signed and
-// encrypted JSON — and turns them into lapse's payment reports. lapse serves
-// each configured Notifier at POST /v1/payments/notify/{Name}, without the
-// API token: the gateway's signature is the authentication.
+// encrypted JSON — and turns them into lapse's reports: of payments and of
+// refunds (Report.Kind). lapse serves each configured Notifier at POST
+// /v1/payments/notify/{Name}, without the API token: the gateway's
+// signature is the authentication.
 //
 // A notification that fails verification — forged, stale, signed with
 // another key, malformed — changes nothing, and Refuse answers it. One that
@@ -21,8 +22,8 @@ type Notifier interface {
 	// Name is the route's last segment: stripe, alipay, wechatpay.
 	Name() string
 	// Verify checks the notification's signature and freshness and returns
-	// the payment reports it carries: none for an event lapse does not act
-	// on (it is still acknowledged, so the gateway stops sending it).
+	// the reports it carries: none for an event lapse does not act on (it
+	// is still acknowledged, so the gateway stops sending it).
 	Verify(ctx context.Context, header http.Header, body []byte) ([]Report, error)
 	// Acknowledge answers an accepted notification as the gateway expects
 	// (Alipay: the text "success"; WeChat Pay: 204; Stripe: 200).
