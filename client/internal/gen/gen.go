@@ -1627,7 +1627,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1641,7 +1645,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1655,7 +1663,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type.
 	//
@@ -2266,7 +2278,11 @@ func (c *Client) NotifyPayment(ctx context.Context, params *NotifyPaymentParams,
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2290,7 +2306,11 @@ func (c *Client) NotifyGatewayPaymentWithBody(ctx context.Context, gateway strin
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2314,7 +2334,11 @@ func (c *Client) NotifyGatewayPayment(ctx context.Context, gateway string, body 
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type.
 //
@@ -3945,7 +3969,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3959,7 +3987,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3973,7 +4005,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6853,7 +6889,11 @@ func (c *ClientWithResponses) NotifyPaymentWithResponse(ctx context.Context, par
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6873,7 +6913,11 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithBodyWithResponse(ctx conte
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6893,7 +6937,11 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithResponse(ctx context.Conte
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 //
