@@ -317,6 +317,13 @@ func (s *Service) recordPaid(ctx context.Context, id string, st payment.Status) 
 	if err != nil {
 		return res, err
 	}
+	if st.Refunded {
+		// Paid, then given back (WeChat Pay's REFUND) before lapse heard
+		// of the payment: recorded as the payment it was; the refund is
+		// recorded only by its own notification or an operator.
+		s.log.Warn("the gateway shows this payment refunded since it was made; recorded as paid", "order_id", id,
+			"payment_id", st.PaymentID, "outcome", res.Outcome, "order_status", res.Order.Status)
+	}
 	s.notePayment(ctx, res, st.PaymentID, false)
 	return res, nil
 }

@@ -43,7 +43,10 @@ type metrics struct {
 	cancelled        *prometheus.CounterVec
 	refundRequired   prometheus.Counter
 	paymentConflicts prometheus.Counter
-	hookFailures     *prometheus.CounterVec
+	// refundNotifications counts the gateways' refund notifications
+	// (NotifyRefund) by gateway and outcome (RefundNotified, or error).
+	refundNotifications *prometheus.CounterVec
+	hookFailures        *prometheus.CounterVec
 	// reservationChecks counts caller reservations the inventory did not
 	// answer about at create ("unanswered": taken as sent).
 	reservationChecks *prometheus.CounterVec
@@ -88,6 +91,10 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Name: "lapse_refund_required_total",
 			Help: "Successful payments that could not pay their order (cancelled, paid by another attempt, another amount or currency): money to give back.",
 		}),
+		refundNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lapse_refund_notifications_total",
+			Help: "Refund notifications of the payment gateways, verified, by gateway and outcome (refunded, duplicate, not_owed, partial, failed, unknown_payment, error).",
+		}, []string{"gateway", "outcome"}),
 		reservationChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lapse_reservation_checks_total",
 			Help: "Reads of a caller's reservation at create that the inventory did not answer: the reservation was taken as sent.",
@@ -152,7 +159,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.hookFailures, m.reservationChecks, m.lateness,
+	for _, c := range []prometheus.Collector{m.created, m.paid, m.cancelled, m.refundRequired, m.paymentConflicts, m.refundNotifications, m.hookFailures, m.reservationChecks, m.lateness,
 		m.batches, m.batchSize, m.early, m.payingAtDeadline, m.scheduleErrors, m.sweepCaught, m.gatewayChecks, m.reminders, m.heard, m.listenLost, m.skew.gauge, stuck} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("lapse: register metrics: %w", err)

@@ -12,7 +12,8 @@ import (
 
 // gatewayNotify is POST /v1/payments/notify/{gateway}: a gateway's own
 // notification (Stripe, Alipay, WeChat Pay), verified by its Notifier and
-// applied report by report through the same path as lapse's own callback.
+// applied report by report: a payment's through the same path as lapse's
+// own callback, a refund's by Service.NotifyRefund.
 // It answers as the gateway expects, never with lapse's JSON errors: a
 // gateway retries what it was not acknowledged.
 func (s *server) gatewayNotify(n payment.Notifier) http.Handler {
@@ -41,7 +42,11 @@ func (s *server) gatewayNotify(n payment.Notifier) http.Handler {
 			return
 		}
 		for _, rep := range reports {
-			if err := s.applyReport(r, n, rep); err != nil {
+			apply := s.applyReport
+			if rep.Kind == payment.ReportRefund {
+				apply = s.applyRefund
+			}
+			if err := apply(r, n, rep); err != nil {
 				s.log.Error("gateway notification not applied; the gateway will send it again", "gateway", n.Name(),
 					"payment_id", rep.PaymentID, "order_id", rep.OrderID, "err", err)
 				n.Refuse(w, err)
@@ -81,5 +86,15 @@ func (s *server) applyReport(r *http.Request, n payment.Notifier, rep payment.Re
 			"order_id", orderID, "payment_id", rep.PaymentID, "err", err)
 		return nil
 	}
+	return err
+}
+
+// applyRefund records one verified refund report (Service.NotifyRefund,
+// which logs and counts what it did). Only the store failing is an error:
+// a refund of a payment lapse does not know, or of one that owes nothing,
+// is acknowledged, so that the gateway stops sending it.
+func (s *server) applyRefund(r *http.Request, n payment.Notifier, rep payment.Report) error {
+	_, err := s.svc.NotifyRefund(r.Context(), lapse.RefundNotification{Gateway: n.Name(), OrderID: rep.OrderID, PaymentID: rep.PaymentID,
+		RefundID: rep.RefundID, Succeeded: rep.Succeeded, AmountCents: rep.AmountCents, Currency: rep.Currency})
 	return err
 }

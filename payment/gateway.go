@@ -26,6 +26,15 @@ type Status struct {
 	// order's currency. A payment in another currency cannot pay the order:
 	// it is handled as a payment of another amount.
 	Currency string
+	// Refunded, with State PAID: the buyer paid, and money of the payment
+	// was given back since, in part or whole (WeChat Pay's trade_state
+	// REFUND). The payment happened, so it is PAID to every check — lapse
+	// never cancels an order its buyer paid, and the refund is recorded by
+	// its own notification or an operator; reconcile reads it as the trade
+	// of a refunded attempt. A gateway whose trade does not show its
+	// refunds (a Stripe PaymentIntent stays succeeded; a whole refund closes
+	// an Alipay trade: CLOSED) never sets it.
+	Refunded bool
 }
 
 // CurrencyGateway is a Gateway that takes only some currencies (Alipay and

@@ -57,6 +57,9 @@ func askAttempts(ctx context.Context, ag payment.AttemptGateway, o order.Order) 
 //
 //   - an attempt lapse flagged REFUND_REQUIRED must be PAID (a known
 //     refund, of the amount lapse recorded);
+//   - an attempt lapse recorded REFUNDED must have been paid: its trade
+//     PAID (refunded, or at a gateway whose trade does not show refunds)
+//     or CLOSED (by a whole refund), never NOT_PAID or PENDING;
 //   - a PAID order must have exactly its paying attempt (its payment_id)
 //     PAID, of its amount and currency;
 //   - any other attempt PAID is money lapse does not account for: charged
@@ -107,13 +110,25 @@ func compareAttempts(o order.Order, as []attempt) (ms, refunds []Mismatch) {
 					a.p.PaymentID, a.g.State))
 				continue
 			}
-			refunds = append(refunds, row(KindKnownRefund, a, "payment %s did not pay the order; lapse flagged it refund_required",
-				a.p.PaymentID))
+			if a.g.Refunded {
+				refunds = append(refunds, row(KindKnownRefund, a, "payment %s did not pay the order; lapse flagged it refund_required, and the gateway shows it refunded: record the refund (POST /v1/payments/{payment_id}/refund with manual)",
+					a.p.PaymentID))
+			} else {
+				refunds = append(refunds, row(KindKnownRefund, a, "payment %s did not pay the order; lapse flagged it refund_required",
+					a.p.PaymentID))
+			}
 			if a.p.AmountCents != a.g.AmountCents {
 				ms = append(ms, row(KindAmountMismatch, a, "lapse recorded %d cents to refund for payment %s, the gateway %d",
 					a.p.AmountCents, a.p.PaymentID, a.g.AmountCents))
 			}
-
+		case a.p.Status == order.PaymentRefunded:
+			// Given back: the trade shows it refunded, or closed by the
+			// refund, or (a gateway whose trade does not show refunds)
+			// paid. Never paid is money lapse recorded that never came.
+			if a.g.State == payment.StateNotPaid || a.g.State == payment.StatePending {
+				ms = append(ms, row(KindPaidButNotAtGateway, a, "lapse recorded payment %s received and refunded; the gateway says %s",
+					a.p.PaymentID, a.g.State))
+			}
 		case paid:
 			unaccounted = append(unaccounted, a)
 		case o.Status == order.Cancelled && a.g.State == payment.StatePending:

@@ -372,6 +372,9 @@ func (r *run) fromGateway(ctx context.Context) error {
 					continue
 				}
 				st, err := r.p.Gateway.Query(ctx, o.ID)
+				if err == nil {
+					o, err = r.withRefunds(ctx, o, st)
+				}
 				if err != nil {
 					r.fail(o.ID, err)
 					continue
@@ -427,6 +430,10 @@ func (r *run) fromStatement(ctx context.Context) error {
 			r.add(o, payment.Status{State: payment.StateNotPaid}, true)
 			return nil
 		}
+		o, err := r.withRefunds(ctx, o, rec.Status)
+		if err != nil {
+			return err
+		}
 		r.add(o, rec.Status, false)
 		r.duplicates(o.ID, o.Status, o.AmountCents, rec)
 		return nil
@@ -480,6 +487,21 @@ func (r *run) duplicates(id string, lapseStatus order.Status, lapseAmount int64,
 	}
 }
 
+// withRefunds returns o with its attempts when the gateway's record of it
+// may be a payment lapse gave back: a cancelled order not flagged (a
+// flagged one is read with them already) that the gateway has paid. Pages
+// of orders do not carry attempts, and such orders are few.
+func (r *run) withRefunds(ctx context.Context, o order.Order, g payment.Status) (order.Order, error) {
+	if g.State != payment.StatePaid || o.Status != order.Cancelled || o.RefundRequired || o.Payments != nil {
+		return o, nil
+	}
+	full, err := r.p.Orders.GetOrder(ctx, o.ID)
+	if err != nil {
+		return o, fmt.Errorf("reconcile: read the payments of %s: %w", o.ID, err)
+	}
+	return full, nil
+}
+
 // compare returns the mismatches between an order and the gateway's record
 // of it, and the known refund it is, if any. absent marks a record inferred
 // from the statement's silence.
@@ -523,6 +545,9 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 		ms = append(ms, with(KindPaidButOpen, "the gateway has payment %s; lapse still has the order %s (callback lost?)", g.PaymentID, o.Status))
 		return ms, nil
 	case order.Cancelled:
+		if !o.RefundRequired && refunded(o, g.PaymentID) {
+			return nil, nil // the money went back
+		}
 		if !o.RefundRequired {
 			ms = append(ms, with(KindCancelledButPaid, "lapse cancelled the order (%s) and released its stock; the gateway has payment %s: refund it", o.CancelReason, g.PaymentID))
 			return ms, nil
@@ -549,6 +574,14 @@ func compare(o order.Order, g payment.Status, absent bool) ([]Mismatch, *Mismatc
 // may have flagged it for that very reason).
 func otherCurrency(o order.Order, g payment.Status) bool {
 	return g.Currency != "" && !strings.EqualFold(g.Currency, o.Currency)
+}
+
+// refunded reports whether o (attempts loaded) recorded the payment
+// paymentID given back (REFUNDED).
+func refunded(o order.Order, paymentID string) bool {
+	return slices.ContainsFunc(o.Payments, func(p order.Payment) bool {
+		return p.PaymentID == paymentID && p.Status == order.PaymentRefunded
+	})
 }
 
 // refundPaymentID is the payment of o (attempts loaded) recorded as money to

@@ -50,7 +50,9 @@ type Overview struct {
 	CountCap    int64
 	// Due counts PENDING orders by the minute their cancel_after falls in,
 	// from Now to Now + 1 h; Cancelled, Paid and Refunds count cancels,
-	// payments and refund-required payments by minute over the last hour.
+	// payments and refunds by minute over the last hour (Refunds: payment
+	// attempts flagged REFUND_REQUIRED by the minute of the flag, and
+	// REFUNDED ones by the minute of their refund).
 	// Minutes without any are left out.
 	Due, Cancelled, Paid, Refunds []MinuteCount
 }

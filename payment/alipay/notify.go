@@ -19,7 +19,7 @@ var ErrInvalidNotification = errors.New("alipay: invalid notification")
 
 // Notifier verifies Alipay's asynchronous notifications (the notify_url of
 // a trade: POST /v1/payments/notify/alipay) and turns them into lapse's
-// payment reports. It is safe for concurrent use.
+// payment and refund reports. It is safe for concurrent use.
 type Notifier struct {
 	appID string
 	key   *rsa.PublicKey
@@ -49,6 +49,9 @@ func (*Notifier) Name() string { return "alipay" }
 // out_trade_no (total_amount, in trans_currency or currency when the
 // notification names one, else CNY); TRADE_CLOSED its failure; WAIT_BUYER_PAY and
 // any other status nothing (acknowledged, so that Alipay stops sending it).
+// A notification with refund_fee also reports the refund (refundReport),
+// and a TRADE_CLOSED one then only that: the trade was paid, and closed by
+// a whole refund.
 // The report's CallbackID is the notify_id: Alipay sends the same one again
 // until it is acknowledged, and lapse applies it once.
 //
@@ -82,6 +85,10 @@ func (n *Notifier) Verify(_ context.Context, _ http.Header, body []byte) ([]paym
 	if notifyID == "" || outTradeNo == "" || status == "" {
 		return nil, fmt.Errorf("%w: want notify_id, out_trade_no and trade_status", ErrInvalidNotification)
 	}
+	refund, err := refundReport(v, notifyID, outTradeNo)
+	if err != nil {
+		return nil, err
+	}
 	switch status {
 	case statusTradeSuccess, statusTradeFinished:
 		cents, err := ParseAmount(v.Get("total_amount"))
@@ -92,11 +99,49 @@ func (n *Notifier) Verify(_ context.Context, _ http.Header, body []byte) ([]paym
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
 		}
-		return []payment.Report{{PaymentID: outTradeNo, Succeeded: true, AmountCents: cents, Currency: currency, CallbackID: notifyID}}, nil
+		reps := []payment.Report{{PaymentID: outTradeNo, Succeeded: true, AmountCents: cents, Currency: currency, CallbackID: notifyID}}
+		if refund != nil {
+			reps = append(reps, *refund) // paid, then refunded in part
+		}
+		return reps, nil
 	case statusTradeClosed:
+		if refund != nil {
+			// Refunded whole: the trade was paid, and is closed by the
+			// refund. Not a failure of the payment.
+			return []payment.Report{*refund}, nil
+		}
 		return []payment.Report{{PaymentID: outTradeNo, CallbackID: notifyID}}, nil
 	}
 	return nil, nil
+}
+
+// refundReport reads the refund a verified trade notification carries, nil
+// when it carries none. Alipay sends no notification of a refund of its
+// own: a refund changes the trade, and the trade's notification then says
+// so — refund_fee (all refunded of the trade so far, in yuan), gmt_refund
+// and out_biz_no (the refund's out_request_no, RequestNo of lapse's key
+// for lapse's refunds) — with trade_status TRADE_SUCCESS after a refund in
+// part and TRADE_CLOSED after a whole one. The report is of a refund that
+// succeeded (Alipay notifies no refund that failed), of refund_fee, named
+// by out_biz_no.
+func refundReport(v url.Values, notifyID, outTradeNo string) (*payment.Report, error) {
+	fee := v.Get("refund_fee")
+	if fee == "" {
+		return nil, nil
+	}
+	cents, err := ParseAmount(fee)
+	if err != nil {
+		return nil, fmt.Errorf("%w: refund_fee: %v", ErrInvalidNotification, err)
+	}
+	if cents == 0 {
+		return nil, nil
+	}
+	currency, err := TradeCurrency(v.Get("trans_currency"), v.Get("currency"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
+	}
+	return &payment.Report{Kind: payment.ReportRefund, PaymentID: outTradeNo, Succeeded: true, AmountCents: cents, Currency: currency,
+		RefundID: v.Get("out_biz_no"), CallbackID: notifyID}, nil
 }
 
 // Acknowledge implements payment.Notifier: exactly "success", as Alipay

@@ -30,8 +30,10 @@ var (
 // Notifier is a payment.Notifier for Stripe's webhook events, served at POST
 // /v1/payments/notify/stripe. It acts on payment_intent.succeeded (a
 // payment of amount_received), payment_intent.payment_failed and
-// payment_intent.canceled (the attempt failed), and acknowledges every
-// other event without acting on it.
+// payment_intent.canceled (the attempt failed); on charge.refunded and on
+// charge.refund.updated, refund.updated and refund.failed (a refund's
+// outcome: see Verify); and acknowledges every other event without acting
+// on it.
 type Notifier struct {
 	secret string
 }
@@ -72,7 +74,8 @@ func (*Notifier) Name() string { return "stripe" }
 // order by the PaymentIntent id): a PaymentIntent made for one order is
 // never reported as paying another; its Currency is the PaymentIntent's,
 // in upper case; its CallbackID is the event id, so a
-// redelivered event changes nothing.
+// redelivered event changes nothing. Refund events are read by
+// refundReports into reports of Kind payment.ReportRefund.
 func (n *Notifier) Verify(_ context.Context, header http.Header, body []byte) ([]payment.Report, error) {
 	ev, err := webhook.ConstructEventWithOptions(body, header.Get("Stripe-Signature"), n.secret,
 		webhook.ConstructEventOptions{Tolerance: Tolerance, IgnoreAPIVersionMismatch: true})
@@ -89,6 +92,11 @@ func (n *Notifier) Verify(_ context.Context, header http.Header, body []byte) ([
 	case stripego.EventTypePaymentIntentSucceeded:
 		succeeded = true
 	case stripego.EventTypePaymentIntentPaymentFailed, stripego.EventTypePaymentIntentCanceled:
+	case stripego.EventTypeChargeRefunded, stripego.EventTypeChargeRefundUpdated, stripego.EventTypeRefundUpdated, stripego.EventTypeRefundFailed:
+		if ev.ID == "" || ev.Data == nil {
+			return nil, fmt.Errorf("%w: %s without an id or data", ErrInvalidEvent, ev.Type)
+		}
+		return refundReports(ev)
 	default:
 		return nil, nil
 	}
@@ -108,6 +116,65 @@ func (n *Notifier) Verify(_ context.Context, header http.Header, body []byte) ([
 			return nil, fmt.Errorf("%w: event %s: payment_intent.succeeded with amount_received %d", ErrInvalidEvent, ev.ID, pi.AmountReceived)
 		}
 		rep.AmountCents, rep.Currency = pi.AmountReceived, Currency(pi.Currency)
+	}
+	return []payment.Report{rep}, nil
+}
+
+// refundReports reads a refund event (Verify). charge.refunded carries the
+// Charge: one report of its PaymentIntent, succeeded, of amount_refunded
+// (all refunded of it so far), naming the newest succeeded refund among
+// the Charge's refunds — none when every refund listed is still pending
+// (charge.refund.updated tells their end); API versions since 2022-11-15
+// do not list the refunds, and the report then names none. The other
+// events carry one Refund: succeeded is a report of its amount, failed or
+// canceled one that failed, pending and requires_action none. A Charge or
+// Refund without a PaymentIntent (a charge lapse did not make) reports
+// nothing.
+func refundReports(ev stripego.Event) ([]payment.Report, error) {
+	if ev.Type == stripego.EventTypeChargeRefunded {
+		var ch stripego.Charge
+		if err := json.Unmarshal(ev.Data.Raw, &ch); err != nil {
+			return nil, fmt.Errorf("%w: event %s: data.object: %w", ErrInvalidEvent, ev.ID, err)
+		}
+		if !strings.HasPrefix(ch.ID, "ch_") && !strings.HasPrefix(ch.ID, "py_") {
+			return nil, fmt.Errorf("%w: event %s: data.object is not a Charge (id %q)", ErrInvalidEvent, ev.ID, ch.ID)
+		}
+		if ch.PaymentIntent == nil || !IsPaymentIntentID(ch.PaymentIntent.ID) || ch.AmountRefunded <= 0 {
+			return nil, nil
+		}
+		refundID := ""
+		if ch.Refunds != nil && len(ch.Refunds.Data) > 0 {
+			for _, rf := range ch.Refunds.Data {
+				if rf != nil && rf.Status == stripego.RefundStatusSucceeded {
+					refundID = rf.ID
+					break
+				}
+			}
+			if refundID == "" {
+				return nil, nil // pending, or failed: charge.refund.updated says
+			}
+		}
+		return []payment.Report{{Kind: payment.ReportRefund, OrderID: ch.Metadata["order_id"], PaymentID: ch.PaymentIntent.ID, Succeeded: true,
+			AmountCents: ch.AmountRefunded, Currency: Currency(ch.Currency), RefundID: refundID, CallbackID: ev.ID}}, nil
+	}
+	var rf stripego.Refund
+	if err := json.Unmarshal(ev.Data.Raw, &rf); err != nil {
+		return nil, fmt.Errorf("%w: event %s: data.object: %w", ErrInvalidEvent, ev.ID, err)
+	}
+	if !strings.HasPrefix(rf.ID, "re_") && !strings.HasPrefix(rf.ID, "pyr_") {
+		return nil, fmt.Errorf("%w: event %s: data.object is not a Refund (id %q)", ErrInvalidEvent, ev.ID, rf.ID)
+	}
+	if rf.PaymentIntent == nil || !IsPaymentIntentID(rf.PaymentIntent.ID) {
+		return nil, nil
+	}
+	rep := payment.Report{Kind: payment.ReportRefund, OrderID: rf.Metadata["order_id"], PaymentID: rf.PaymentIntent.ID, RefundID: rf.ID,
+		AmountCents: rf.Amount, Currency: Currency(rf.Currency), CallbackID: ev.ID}
+	switch rf.Status {
+	case stripego.RefundStatusSucceeded:
+		rep.Succeeded = true
+	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
+	default:
+		return nil, nil
 	}
 	return []payment.Report{rep}, nil
 }

@@ -1,6 +1,7 @@
 package wechatpay
 
 import (
+	"cmp"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/lapsehq/lapse/payment"
 )
@@ -18,9 +20,10 @@ import (
 // with, undecryptable, malformed, or meant for another merchant.
 var ErrInvalidNotification = errors.New("wechatpay: invalid notification")
 
-// Notifier verifies WeChat Pay's payment notifications (the notify_url of
-// an order: POST /v1/payments/notify/wechatpay) and turns them into lapse's
-// payment reports. It is safe for concurrent use.
+// Notifier verifies WeChat Pay's payment and refund notifications (the
+// notify_url of an order and of a refund: POST
+// /v1/payments/notify/wechatpay) and turns them into lapse's reports. It is
+// safe for concurrent use.
 type Notifier struct {
 	mchID string
 	v     verifier
@@ -81,8 +84,10 @@ type notification struct {
 // the APIv3 key, which also authenticates it) into a transaction of our
 // merchant. trade_state SUCCESS reports the payment of out_trade_no
 // (amount.total, in the minor unit of amount.currency, CNY when absent); CLOSED, REVOKED and PAYERROR its failure; any
-// other state, or a resource that is not a transaction, nothing. The
-// report's CallbackID is the notification's id, the same on every delivery.
+// other state nothing. A refund's resource (original_type refund: event
+// REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED) is read by refundReport;
+// any other resource reports nothing. The report's CallbackID is the
+// notification's id, the same on every delivery.
 func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]payment.Report, error) {
 	if err := n.v.verify(h, body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidNotification, err)
@@ -102,8 +107,11 @@ func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]paym
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidNotification, err)
 	}
+	if r.OriginalType == "refund" || strings.HasPrefix(nt.EventType, "REFUND.") {
+		return n.refundReport(nt.ID, plain)
+	}
 	if r.OriginalType != "" && r.OriginalType != "transaction" {
-		return nil, nil // a refund's, a complaint's: not lapse's business
+		return nil, nil // a complaint's: not lapse's business
 	}
 	var tx Transaction
 	if err := json.Unmarshal(plain, &tx); err != nil {
@@ -126,6 +134,48 @@ func (n *Notifier) Verify(_ context.Context, h http.Header, body []byte) ([]paym
 		return []payment.Report{{PaymentID: tx.OutTradeNo, CallbackID: nt.ID}}, nil
 	}
 	return nil, nil
+}
+
+// refundNotice is the part of a refund notification's resource lapse reads.
+type refundNotice struct {
+	MchID        string `json:"mchid"`
+	OutTradeNo   string `json:"out_trade_no"`
+	OutRefundNo  string `json:"out_refund_no"`
+	RefundID     string `json:"refund_id"`
+	RefundStatus string `json:"refund_status"`
+	Amount       *struct {
+		Refund *int64 `json:"refund"`
+	} `json:"amount"`
+}
+
+// refundReport reads a refund notification's decrypted resource: a refund
+// of our merchant's out_trade_no. refund_status SUCCESS reports it
+// succeeded, of amount.refund fen (the notification names no currency:
+// the trade's, read as the order's); ABNORMAL (the buyer's account cannot
+// take it back) and CLOSED report it failed; another status nothing.
+func (n *Notifier) refundReport(id string, plain []byte) ([]payment.Report, error) {
+	var rn refundNotice
+	if err := json.Unmarshal(plain, &rn); err != nil {
+		return nil, fmt.Errorf("%w: malformed refund resource: %v", ErrInvalidNotification, err)
+	}
+	if rn.MchID != n.mchID {
+		return nil, fmt.Errorf("%w: mchid %q is not ours", ErrInvalidNotification, rn.MchID)
+	}
+	if rn.OutTradeNo == "" || rn.RefundStatus == "" {
+		return nil, fmt.Errorf("%w: the refund has no out_trade_no or refund_status", ErrInvalidNotification)
+	}
+	rep := payment.Report{Kind: payment.ReportRefund, PaymentID: rn.OutTradeNo, RefundID: cmp.Or(rn.RefundID, rn.OutRefundNo), CallbackID: id}
+	switch rn.RefundStatus {
+	case refundSuccess:
+		if rn.Amount == nil || rn.Amount.Refund == nil || *rn.Amount.Refund <= 0 {
+			return nil, fmt.Errorf("%w: refund SUCCESS without a valid amount.refund", ErrInvalidNotification)
+		}
+		rep.Succeeded, rep.AmountCents = true, *rn.Amount.Refund
+	case refundAbnormal, refundClosed:
+	default:
+		return nil, nil
+	}
+	return []payment.Report{rep}, nil
 }
 
 // decrypt opens a resource. Its errors never show the key.

@@ -332,12 +332,13 @@ func (g *Gateway) transaction(ctx context.Context, outTradeNo string) (Transacti
 	return tx, true, nil
 }
 
-// status maps a transaction's trade_state.
+// status maps a transaction's trade_state. REFUND (paid, then refunded in
+// part or whole) is PAID and Refunded: the payment happened.
 func (tx Transaction) status() (payment.Status, error) {
 	switch tx.TradeState {
-	case stateSuccess:
+	case stateSuccess, stateRefund:
 		if tx.Amount == nil || tx.Amount.Total == nil || *tx.Amount.Total < 0 {
-			return payment.Status{}, errors.New("SUCCESS without a valid amount.total")
+			return payment.Status{}, fmt.Errorf("%s without a valid amount.total", tx.TradeState)
 		}
 		currency := tx.Amount.Currency
 		if currency == "" {
@@ -347,7 +348,7 @@ func (tx Transaction) status() (payment.Status, error) {
 			return payment.Status{}, fmt.Errorf("amount.currency %q: want an ISO 4217 code", currency)
 		}
 		return payment.Status{State: payment.StatePaid, PaymentID: tx.OutTradeNo, AmountCents: *tx.Amount.Total,
-			Currency: strings.ToUpper(currency)}, nil
+			Currency: strings.ToUpper(currency), Refunded: tx.TradeState == stateRefund}, nil
 	case stateNotPay:
 		return payment.Status{State: payment.StateNotPaid}, nil
 	case stateUserPaying:

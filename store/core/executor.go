@@ -171,7 +171,8 @@ type DashboardExecutor interface {
 	// paid_at < to.
 	PaidPerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
 	// RefundsPerMinute counts REFUND_REQUIRED payment attempts by the
-	// minute of their updated_at, for from <= updated_at < to.
+	// minute of their updated_at (when they were flagged), and REFUNDED
+	// ones by the minute of their refund, within [from, to).
 	RefundsPerMinute(ctx context.Context, from, to time.Time) ([]store.MinuteCount, error)
 	// FindOrders reads up to a.Limit orders with created_at >= a.From and
 	// (created_at, id) < (a.BeforeCreated, a.BeforeID), of a.Status if set,

@@ -713,9 +713,12 @@ FROM lapse_orders WHERE paid_at >= ? AND paid_at < ?
 GROUP BY m ORDER BY m;
 
 -- name: refunds_per_minute
--- Params: from, to.
+-- Params: from, to. Payment attempts owing money back (REFUND_REQUIRED, by
+-- the minute of the flag) or that gave it back (REFUNDED, by the minute of
+-- their refund, which is when the attempt last changed): two ranges of
+-- payments_refund_required (status, updated_at).
 SELECT TIMESTAMPDIFF(MINUTE, '1970-01-01', updated_at) * 60 AS m, COUNT(*)
-FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= ? AND updated_at < ?
+FROM lapse_payments WHERE status IN ('REFUND_REQUIRED', 'REFUNDED') AND updated_at >= ? AND updated_at < ?
 GROUP BY m ORDER BY m;
 
 -- name: find_orders

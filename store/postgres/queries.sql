@@ -901,10 +901,19 @@ FROM lapse_orders WHERE paid_at >= $1 AND paid_at < $2
 GROUP BY 1 ORDER BY 1;
 
 -- name: refunds_per_minute
--- Payments flagged for refund in [$1, $2): the lapse_payments_refund_required
--- partial index holds flagged attempts only.
-SELECT floor(extract(epoch FROM updated_at) / 60)::bigint * 60, count(*)
-FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= $1 AND updated_at < $2
+-- Payment attempts owing money back (REFUND_REQUIRED, by the minute of the
+-- flag: the lapse_payments_refund_required partial index holds flagged
+-- attempts only) or that gave it back (REFUNDED, by the minute of their
+-- refund: its DONE row, found through the small lapse_refunds rather than
+-- by scanning every attempt), in [$1, $2).
+SELECT m, count(*) FROM (
+    SELECT floor(extract(epoch FROM updated_at) / 60)::bigint * 60 AS m
+    FROM lapse_payments WHERE status = 'REFUND_REQUIRED' AND updated_at >= $1 AND updated_at < $2
+    UNION ALL
+    SELECT floor(extract(epoch FROM r.done_at) / 60)::bigint * 60
+    FROM lapse_refunds r JOIN lapse_payments p ON p.payment_id = r.payment_id AND p.status = 'REFUNDED'
+    WHERE r.status = 'DONE' AND r.done_at >= $1 AND r.done_at < $2
+) x
 GROUP BY 1 ORDER BY 1;
 
 -- name: find_orders

@@ -82,6 +82,19 @@ func testDashboard(t *testing.T, newStore Factory) {
 	wantSeries("due after the deadline", ov.Due)
 	wantSeries("cancelled after the deadline", ov.Cancelled,
 		store.MinuteCount{Minute: minute(0), Count: 1}, store.MinuteCount{Minute: res.Now.Truncate(time.Minute), Count: 9})
+	// Money given back stays on the refunds chart, at the minute it went
+	// back: the chart counts REFUND_REQUIRED and REFUNDED attempts.
+	if res, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "d-04", PaymentID: "late-d-04", AmountCents: 1000}); err != nil || res.Outcome != store.OutcomeRefundRequired {
+		t.Fatalf("late payment: %+v %v", res, err)
+	}
+	if _, err := s.MarkRefunded(ctx, store.MarkRefundedParams{PaymentID: "late-d-04", RefundID: "re_d04", Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if ov, err = s.Overview(ctx, store.OverviewParams{}); err != nil {
+		t.Fatal(err)
+	}
+	wantSeries("refunds after the refund", ov.Refunds,
+		store.MinuteCount{Minute: minute(0), Count: 1}, store.MinuteCount{Minute: clk.Now().Truncate(time.Minute), Count: 1})
 
 	// The finder: status pages, id prefix pages, time range.
 	find := func(p store.FindOrdersParams) []string {

@@ -31,7 +31,7 @@
       series: [{},
         { label: "cancelled", stroke: "#c62828" },
         { label: "paid", stroke: "#1a7f37" },
-        { label: "refund required", stroke: "#e0a100" }]
+        { label: "refunds (owed or given back)", stroke: "#e0a100" }]
     }, [d.flow.x, d.flow.cancelled, d.flow.paid, d.flow.refunds]);
     draw("chart-lateness", {
       scales: { x: { time: true } },

@@ -1851,7 +1851,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1865,7 +1869,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1879,7 +1887,11 @@ type ClientInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type.
 	//
@@ -2533,7 +2545,11 @@ func (c *Client) NotifyPayment(ctx context.Context, params *NotifyPaymentParams,
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2557,7 +2573,11 @@ func (c *Client) NotifyGatewayPaymentWithBody(ctx context.Context, gateway strin
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2581,7 +2601,11 @@ func (c *Client) NotifyGatewayPayment(ctx context.Context, gateway string, body 
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type.
 //
@@ -4415,7 +4439,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4429,7 +4457,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4443,7 +4475,11 @@ type ClientWithResponsesInterface interface {
 	// sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 	// AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 	// nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-	// 204 — and anything else makes the gateway send the notification again.
+	// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+	// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+	// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+	// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+	// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7595,7 +7631,11 @@ func (c *ClientWithResponses) NotifyPaymentWithResponse(ctx context.Context, par
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7615,7 +7655,11 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithBodyWithResponse(ctx conte
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -7635,7 +7679,11 @@ func (c *ClientWithResponses) NotifyGatewayPaymentWithResponse(ctx context.Conte
 // sign over the sorted form (Alipay), Wechatpay-Signature over timestamp, nonce and body, with the resource
 // AES-256-GCM encrypted (WeChat Pay). A forged, stale, replayed or otherwise unverifiable notification changes
 // nothing. The answer is the one the gateway documents — Stripe 200, Alipay the text "success", WeChat Pay
-// 204 — and anything else makes the gateway send the notification again.
+// 204 — and anything else makes the gateway send the notification again. The same URL takes the gateway's
+// refund notifications (Stripe charge.refunded, charge.refund.updated, refund.updated, refund.failed; WeChat
+// Pay REFUND.SUCCESS, REFUND.ABNORMAL, REFUND.CLOSED; Alipay's trade notification with refund_fee), verified
+// the same way and recorded, never required: money a payment attempt owes back becomes REFUNDED once;
+// anything else is acknowledged and changes nothing (docs/gateways.md, Refund notifications).
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -185,7 +185,7 @@ func (f *Server) Set(orderID, paymentID string, st gatewaytest.Trade, cents int6
 		no = orderID
 	}
 	states := map[gatewaytest.Trade]string{gatewaytest.TradePaid: "SUCCESS", gatewaytest.TradeNotPaid: "NOTPAY",
-		gatewaytest.TradePending: "USERPAYING", gatewaytest.TradeClosed: "CLOSED", gatewaytest.TradeUnmapped: "REFUND"}
+		gatewaytest.TradePending: "USERPAYING", gatewaytest.TradeClosed: "CLOSED", gatewaytest.TradeUnmapped: "ACCEPT"}
 	if st == gatewaytest.TradeUnknown {
 		f.mu.Lock()
 		delete(f.trades, no)
@@ -406,7 +406,7 @@ func verifyAuthorization(r *http.Request, body []byte) error {
 // Transaction is the transaction resource WeChat Pay answers a query with
 // and encrypts in a payment notification.
 func Transaction(no string, tr Trade) map[string]any {
-	desc := map[string]string{"SUCCESS": "支付成功", "NOTPAY": "未支付", "USERPAYING": "用户支付中", "CLOSED": "已关闭", "REFUND": "转入退款"}
+	desc := map[string]string{"SUCCESS": "支付成功", "NOTPAY": "未支付", "USERPAYING": "用户支付中", "CLOSED": "已关闭", "REFUND": "转入退款", "ACCEPT": "已接收，等待扣款"}
 	tx := map[string]any{"appid": "wxd678efh567hg6787", "mchid": MchID, "out_trade_no": no, "trade_type": "NATIVE",
 		"trade_state": tr.State, "trade_state_desc": desc[tr.State], "attach": "", "payer": map[string]string{"openid": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}}
 	if tr.State == "SUCCESS" || tr.State == "REFUND" {
