@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	stripego "github.com/stripe/stripe-go/v82"
 
@@ -92,12 +93,19 @@ func (g *Gateway) findOrCreate(ctx context.Context, r payment.Refund) (payment.R
 }
 
 // findRefund returns the PaymentIntent's refund made under r.Key, or nil.
+// An API that does not list refunds (404: a Stripe-compatible API of only
+// POST /v1/refunds) has none to find: the create's Idempotency-Key is then
+// the only guard, as it is for 24 hours on Stripe itself. Any other failure
+// is an error: a refund is never created blind.
 func (g *Gateway) findRefund(ctx context.Context, r payment.Refund) (*stripego.Refund, error) {
 	params := &stripego.RefundListParams{PaymentIntent: stripego.String(r.PaymentID)}
 	params.Limit = stripego.Int64(100)
 	seen := 0
 	for rf, err := range g.c.V1Refunds.List(ctx, params) {
 		if err != nil {
+			if se, ok := errors.AsType[*stripego.Error](err); ok && se.HTTPStatusCode == http.StatusNotFound && se.Code != stripego.ErrorCodeResourceMissing {
+				return nil, nil
+			}
 			return nil, fmt.Errorf("list refunds: %w", g.describe(err))
 		}
 		if rf.Metadata[MetadataRefundKey] == r.Key {

@@ -162,3 +162,32 @@ func TestRefundCreateFailing(t *testing.T) {
 		t.Fatalf("refunds: %d of pi_r3, %d of pi_r4; want 1 and 0", n, m)
 	}
 }
+
+// A Stripe API that does not list refunds (404 on GET /v1/refunds: a fake
+// of only what the issue names, POST /v1/refunds) still refunds, once: the
+// Idempotency-Key is the guard then.
+func TestRefundWithoutTheRefundList(t *testing.T) {
+	t.Parallel()
+	fs := stripetest.New(t, testKey)
+	fs.Set(stripetest.PaymentIntent{ID: "pi_r5", Status: "succeeded", Amount: 1299, AmountReceived: 1299})
+	fs.Fail("GET /v1/refunds", 404)
+	g := newGateway(t, fs.URL, stripe.Config{Timeout: 2 * time.Second})
+	for i := range 2 {
+		if res, err := g.Refund(context.Background(), refundOf("pi_r5", 1299)); err != nil || res.State != payment.RefundSucceeded {
+			t.Fatalf("refund %d with no refund list: %+v, %v", i+1, res, err)
+		}
+	}
+	if n := len(fs.Refunds("pi_r5")); n != 1 {
+		t.Fatalf("%d refunds of pi_r5, want 1", n)
+	}
+	// Any other failure of the list is not taken for "none": no refund
+	// is created blind.
+	fs.Set(stripetest.PaymentIntent{ID: "pi_r6", Status: "succeeded", Amount: 1299, AmountReceived: 1299})
+	fs.Fail("GET /v1/refunds", 500)
+	if res, err := g.Refund(context.Background(), refundOf("pi_r6", 1299)); err == nil {
+		t.Fatalf("a refund whose list answered 500: %+v", res)
+	}
+	if n := len(fs.Refunds("pi_r6")); n != 0 {
+		t.Fatalf("%d refunds of pi_r6 made blind, want 0", n)
+	}
+}
