@@ -159,11 +159,12 @@ func TestPayingOrderIsNeverCancelledBlind(t *testing.T) {
 	storetest.Stock(t, st, 10, "sku")
 	start(t, svc)
 	ctx := context.Background()
-	o := create(t, svc, "paying", 100*time.Millisecond)
+	// A second to start the payment in: a loaded machine took over 100 ms.
+	o := create(t, svc, "paying", time.Second)
 	if _, err := svc.PayAttempt(ctx, "paying", "p1"); err != nil {
 		t.Fatal(err)
 	}
-	create(t, svc, "witness", 100*time.Millisecond) // same deadline, not paying
+	create(t, svc, "witness", time.Second) // about the same deadline, not paying
 	waitFor(t, 5*time.Second, "the witness cancelled", func() bool { return status(t, svc, "witness") == order.Cancelled })
 	waitFor(t, 5*time.Second, "the stuck payment counted", func() bool {
 		return metric(t, svc, "lapse_timers_paying_total") == 1 && metric(t, svc, "lapse_payments_stuck") == 1
