@@ -18,11 +18,11 @@ GOTESTFLAGS ?=
 
 ## test: every test, with the race detector, including the integration suites
 test:
-	go test -race -count=1 $(GOTESTFLAGS) ./...
+	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
 ## test-unit: only what needs no server (SQLite and in-process timers)
 test-unit:
-	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= LAPSE_TEST_AMQP= LAPSE_TEST_NATS= go test -race -count=1 $(GOTESTFLAGS) ./...
+	LAPSE_TEST_POSTGRES= LAPSE_TEST_MYSQL= LAPSE_TEST_REDIS= LAPSE_TEST_REDIS_CLUSTER= LAPSE_TEST_AMQP= LAPSE_TEST_NATS= go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
 ## check: the fast one, no server needed: gofmt, go vet, staticcheck, then the tests that need none
 check: lint test-unit

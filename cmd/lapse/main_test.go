@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,6 +35,15 @@ func TestMain(m *testing.M) {
 		// The receiver process of the order-service test over RabbitMQ
 		// (TestOrderServiceAMQPReceiverProcess): it needs no lapse binary.
 		os.Exit(m.Run())
+	}
+	// Most of these tests wait on processes — lapse serve, a receiver, a
+	// broker — far more than they compute: four at a time, not GOMAXPROCS
+	// (the CI machine's 2), unless -parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "4")
 	}
 	dir, err := os.MkdirTemp("", "lapse-cli-test-")
 	if err != nil {
