@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/drain"
@@ -30,8 +29,7 @@ type Dispatcher struct {
 	Client Client
 	DispatcherConfig
 
-	wakeOnce sync.Once
-	wake     chan struct{}
+	wake drain.Wake
 }
 
 // DispatcherConfig tunes a Dispatcher; the zero value takes every default.
@@ -102,18 +100,8 @@ func (c *DispatcherConfig) setDefaults() {
 	}
 }
 
-func (d *Dispatcher) initWake() {
-	d.wakeOnce.Do(func() { d.wake = make(chan struct{}, 1) })
-}
-
 // Notify wakes the dispatcher: tasks were just committed. It never blocks.
-func (d *Dispatcher) Notify() {
-	d.initWake()
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Notify() { d.wake.Notify() }
 
 // Run dispatches until ctx ends, then makes a last bounded pass.
 func (d *Dispatcher) Run(ctx context.Context) error {
@@ -121,21 +109,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("inventory: a Dispatcher needs a Store and a Client")
 	}
 	d.setDefaults()
-	d.initWake()
-	loop := drain.Loop{
-		Batch: d.BatchSize, Interval: d.Interval, Linger: d.Linger, Wake: d.wake,
-		OnError: func(err error, retryIn time.Duration) {
-			d.Logger.Warn("inventory: dispatch pass failed; retrying", "err", err, "retry_in", retryIn)
-		},
-	}
-	var wg sync.WaitGroup
-	for range d.Workers {
-		wg.Go(func() { loop.Run(ctx, d.pass) })
-	}
+	run := drain.Dispatch{Name: "inventory", What: "task", Logger: d.Logger, Workers: d.Workers, StatsInterval: d.StatsInterval,
+		Loop: drain.Loop{Batch: d.BatchSize, Interval: d.Interval, Linger: d.Linger, Wake: d.wake.C()}}
 	if d.Metrics != nil {
-		wg.Go(func() { d.runStats(ctx) })
+		run.Stats = drain.Gauges(d.Store.TaskStats, d.Metrics.setStats)
 	}
-	wg.Wait()
+	run.Run(ctx, d.pass)
 	return nil
 }
 
@@ -167,12 +146,12 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 			failed++
 		}
 	}
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := d.Store.SettleTasks(settle, outcomes); err != nil {
+	if _, err := drain.Settle(ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.Store.SettleTasks(ctx, outcomes)
+	}); err != nil {
 		// What was applied goes again when the lease runs out: the
 		// inventory answers ALREADY_DONE. A duplicate, never a loss.
-		return drain.Pass{Claimed: len(ts)}, fmt.Errorf("settle: %w", err)
+		return drain.Pass{Claimed: len(ts)}, err
 	}
 	if d.Metrics != nil {
 		d.Metrics.observe(ts, outcomes, at)
@@ -216,6 +195,7 @@ func CommandOf(t order.StockTask) Command {
 func (d *Dispatcher) outcome(t store.ClaimedTask, a Answer, err error) store.TaskOutcome {
 	o := store.TaskOutcome{ID: t.ID, Attempts: t.Attempts, Result: string(a.Result),
 		Action: t.Action, OrderID: t.OrderID, ReservationID: t.ReservationID}
+	final := false
 	switch {
 	case err == nil && a.Done():
 		o.Done = true
@@ -226,31 +206,12 @@ func (d *Dispatcher) outcome(t store.ClaimedTask, a Answer, err error) store.Tas
 		o.Done = true
 		return o
 	case err == nil: // REJECTED: for good, an operator decides
-		o.Error = drain.Truncate("REJECTED: "+a.Reason, 1000)
-		o.Dead = true
-		return o
+		err, final = errors.New("REJECTED: "+a.Reason), true
 	}
-	o.Error = drain.Truncate(err.Error(), 1000)
-	// The age on the store's clock, from when the task was written or
-	// retried to this claim.
 	retry := drain.Retry{MaxAttempts: d.MaxAttempts, MaxAge: d.MaxAge, Base: d.RetryBase, Max: d.RetryMax}
-	o.RetryIn, o.Dead = retry.After(t.Failures+1, t.ClaimedAt.Sub(t.Since))
+	f := retry.Failed(err, final, t.Failures, t.Since, t.ClaimedAt)
+	o.Error, o.Dead, o.RetryIn = f.Error, f.Dead, f.RetryIn
 	return o
-}
-
-func (d *Dispatcher) runStats(ctx context.Context) {
-	for {
-		if st, err := d.Store.TaskStats(ctx); err == nil {
-			d.Metrics.setStats(st)
-		} else if ctx.Err() == nil {
-			d.Logger.Warn("inventory: reading task stats failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d.StatsInterval):
-		}
-	}
 }
 
 func firstError(errs []error, answers []Answer) string {

@@ -3,7 +3,6 @@ package ordersvc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -34,8 +33,7 @@ type Dispatcher struct {
 	Client Client
 	DispatcherConfig
 
-	wakeOnce sync.Once
-	wake     chan struct{}
+	wake drain.Wake
 
 	// The commands the cancels wrote claimed for this dispatcher (Hold),
 	// waiting for a worker's pass; runMu guards them.
@@ -133,18 +131,8 @@ func (c *DispatcherConfig) setDefaults() {
 	}
 }
 
-func (d *Dispatcher) initWake() {
-	d.wakeOnce.Do(func() { d.wake = make(chan struct{}, 1) })
-}
-
 // Notify wakes the dispatcher: commands were just committed. It never blocks.
-func (d *Dispatcher) Notify() {
-	d.initWake()
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Notify() { d.wake.Notify() }
 
 // Run dispatches until ctx ends, then makes a last bounded pass.
 func (d *Dispatcher) Run(ctx context.Context) error {
@@ -152,12 +140,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("ordersvc: a Dispatcher needs a Store and a Client")
 	}
 	d.setDefaults()
-	d.initWake()
-	loop := drain.Loop{
-		Batch: d.BatchSize, Interval: d.Interval, Linger: d.Linger, Wake: d.wake,
-		OnError: func(err error, retryIn time.Duration) {
-			d.Logger.Warn("ordersvc: dispatch pass failed; retrying", "err", err, "retry_in", retryIn)
-		},
+	run := drain.Dispatch{Name: "ordersvc", What: "command", Logger: d.Logger, Workers: d.Workers, StatsInterval: d.StatsInterval,
+		Loop: drain.Loop{Batch: d.BatchSize, Interval: d.Interval, Linger: d.Linger, Wake: d.wake.C()}}
+	if d.Metrics != nil {
+		run.Stats = drain.Gauges(d.Store.CommandStats, d.Metrics.setStats)
 	}
 	d.runMu.Lock()
 	d.runCtx = ctx
@@ -165,14 +151,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.holdsDone = sync.NewCond(&d.runMu)
 	}
 	d.runMu.Unlock()
-	var wg sync.WaitGroup
-	for range d.Workers {
-		wg.Go(func() { loop.Run(ctx, d.pass) })
-	}
-	if d.Metrics != nil {
-		wg.Go(func() { d.runStats(ctx) })
-	}
-	wg.Wait()
+	run.Run(ctx, d.pass)
 	// No Hold is granted from here; the commands of those granted go out
 	// before Run returns, as a worker's last passes would have sent them.
 	d.runMu.Lock()
@@ -347,13 +326,13 @@ func (d *Dispatcher) deliver(ctx context.Context, start time.Time, cs []store.Cl
 			answered++
 		}
 	}
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	res, err := d.Store.SettleCommands(settle, outcomes)
+	res, err := drain.Settle(ctx, func(ctx context.Context) (store.SettleCommandsResult, error) {
+		return d.Store.SettleCommands(ctx, outcomes)
+	})
 	if err != nil {
 		// The answers go again when the lease runs out: the receiver
 		// answers each command id as before. A duplicate, never a loss.
-		return drain.Pass{Claimed: len(cs)}, fmt.Errorf("settle: %w", err)
+		return drain.Pass{Claimed: len(cs)}, err
 	}
 	if d.Metrics != nil {
 		d.Metrics.observe(cs, outcomes, res)
@@ -403,34 +382,17 @@ func (d *Dispatcher) outcome(c store.ClaimedCommand, a Answer, err error) store.
 		}
 		return o
 	}
-	o.Error = drain.Truncate(err.Error(), 1000)
-	if IsRefusal(err) {
-		o.Dead = true
+	refused := IsRefusal(err)
+	f := d.retry().Failed(err, refused, c.Failures, c.Since, c.ClaimedAt)
+	o.Error, o.Dead, o.RetryIn = f.Error, f.Dead, f.RetryIn
+	if refused {
 		return o
 	}
-	// The age on the store's clock, from when the command was written or
-	// retried to this claim.
-	o.RetryIn, o.Dead = d.retry().After(c.Failures+1, c.ClaimedAt.Sub(c.Since))
 	var serr *StatusError
 	if errors.As(err, &serr) && serr.RetryAfter > o.RetryIn {
 		o.RetryIn = serr.RetryAfter
 	}
 	return o
-}
-
-func (d *Dispatcher) runStats(ctx context.Context) {
-	for {
-		if st, err := d.Store.CommandStats(ctx); err == nil {
-			d.Metrics.setStats(st)
-		} else if ctx.Err() == nil {
-			d.Logger.Warn("ordersvc: reading command stats failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d.StatsInterval):
-		}
-	}
 }
 
 func firstError(errs []error) string {

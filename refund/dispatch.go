@@ -19,7 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/drain"
@@ -47,8 +47,7 @@ type Dispatcher struct {
 	Refunder payment.Refunder
 	Config
 
-	wakeOnce sync.Once
-	wake     chan struct{}
+	wake drain.Wake
 }
 
 // Config tunes a Dispatcher; the zero value takes every default.
@@ -114,19 +113,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-func (d *Dispatcher) initWake() {
-	d.wakeOnce.Do(func() { d.wake = make(chan struct{}, 1) })
-}
-
 // Notify wakes the dispatcher: a refund task was just committed. It never
 // blocks.
-func (d *Dispatcher) Notify() {
-	d.initWake()
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Notify() { d.wake.Notify() }
 
 // Run dispatches until ctx ends, then makes a last bounded pass.
 func (d *Dispatcher) Run(ctx context.Context) error {
@@ -134,18 +123,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("refund: a Dispatcher needs a Store and a Refunder")
 	}
 	d.setDefaults()
-	d.initWake()
-	loop := drain.Loop{
-		Batch: d.BatchSize, Interval: d.Interval, Linger: time.Millisecond, Wake: d.wake,
-		OnError: func(err error, retryIn time.Duration) {
-			d.Logger.Warn("refund: dispatch pass failed; retrying", "err", err, "retry_in", retryIn)
-		},
-	}
-	var wg sync.WaitGroup
-	for range d.Workers {
-		wg.Go(func() { loop.Run(ctx, d.pass) })
-	}
-	wg.Wait()
+	drain.Dispatch{Name: "refund", What: "refund", Logger: d.Logger, Workers: d.Workers,
+		Loop: drain.Loop{Batch: d.BatchSize, Interval: d.Interval, Linger: time.Millisecond, Wake: d.wake.C()}}.Run(ctx, d.pass)
 	return nil
 }
 
@@ -177,14 +156,14 @@ func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 				"retry_in", o.RetryIn, "err", o.Error)
 		}
 	}
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	res, err := d.Store.SettleRefunds(settle, outcomes)
+	res, err := drain.Settle(ctx, func(ctx context.Context) (store.SettleRefundsResult, error) {
+		return d.Store.SettleRefunds(ctx, outcomes)
+	})
 	if err != nil {
 		// The refunds made go again when the lease runs out, with the
 		// same keys: the gateway answers the refund it made. Never a
 		// second refund.
-		return drain.Pass{Claimed: len(rs)}, fmt.Errorf("settle: %w", err)
+		return drain.Pass{Claimed: len(rs)}, err
 	}
 	if d.Metrics != nil {
 		d.Metrics.observe(outcomes, res)
@@ -217,14 +196,8 @@ func (d *Dispatcher) outcome(r store.ClaimedRefund, res payment.RefundResult, er
 	age := r.ClaimedAt.Sub(r.Since)
 	switch {
 	case err != nil:
-		o.Error = drain.Truncate(err.Error(), 1000)
-		for _, f := range final {
-			if errors.Is(err, f) {
-				o.Dead = true
-				return o
-			}
-		}
-		o.RetryIn, o.Dead = retry.After(r.Failures+1, age)
+		f := retry.Failed(err, slices.ContainsFunc(final, func(f error) bool { return errors.Is(err, f) }), r.Failures, r.Since, r.ClaimedAt)
+		o.Error, o.Dead, o.RetryIn = f.Error, f.Dead, f.RetryIn
 	case res.AmountCents != 0 && (res.AmountCents != r.AmountCents || (res.Currency != "" && r.Currency != "" && res.Currency != r.Currency)):
 		o.Error = fmt.Sprintf("the gateway answered a refund of %d %s (refund %s), not the %d %s asked", res.AmountCents, res.Currency, res.RefundID, r.AmountCents, r.Currency)
 		o.Dead = true

@@ -1,10 +1,10 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -135,32 +135,21 @@ func (s *Store) commandDue(ctx context.Context, tx *Tx, sorted []string, p store
 
 // ClaimCommands implements store.Commands.
 func (s *Store) ClaimCommands(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedCommand, error) {
-	if p.Limit < 1 || p.Lease <= 0 {
-		return nil, fmt.Errorf("claim commands: limit %d, lease %s: %w", p.Limit, p.Lease, store.ErrInvalid)
-	}
-	var out []store.ClaimedCommand
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		ce, err := commandsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		if out, err = ce.ClaimCommands(ctx, p.Limit, now, now.Add(p.Lease)); err != nil || len(out) == 0 {
-			return err
-		}
-		if err := s.commandBodies(ctx, tx, out, now); err != nil {
-			return err
-		}
-		out, err = settlePaid(ctx, ce, out, now)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim commands: %w", err)
-	}
-	return out, nil
+	return claimOn(ctx, s, "commands", p, func(c *store.ClaimedCommand) *time.Time { return &c.ClaimedAt },
+		func(tx *Tx, now, leaseUntil time.Time) ([]store.ClaimedCommand, error) {
+			ce, err := commandsOf(tx.ExecutorTx)
+			if err != nil {
+				return nil, err
+			}
+			out, err := ce.ClaimCommands(ctx, p.Limit, now, leaseUntil)
+			if err != nil || len(out) == 0 {
+				return nil, err
+			}
+			if err := s.commandBodies(ctx, tx, out, now); err != nil {
+				return nil, err
+			}
+			return settlePaid(ctx, ce, out, now)
+		})
 }
 
 // notSentPaid is the note on a command that never went out again because
@@ -246,27 +235,13 @@ func (s *Store) SettleCommands(ctx context.Context, outcomes []store.CommandOutc
 		return res, nil
 	}
 	// Orders in byte order: the lock order of every batch.
-	outcomes = slices.Clone(outcomes)
-	slices.SortFunc(outcomes, func(a, b store.CommandOutcome) int {
-		if a.OrderID != b.OrderID {
-			if a.OrderID < b.OrderID {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		res = store.SettleCommandsResult{} // fresh on every retry
+	outcomes = inLockOrder(outcomes, func(a, b store.CommandOutcome) int { return cmp.Compare(a.OrderID, b.OrderID) })
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
+		res = store.SettleCommandsResult{Now: now} // fresh on every retry
 		ce, err := commandsOf(tx.ExecutorTx)
 		if err != nil {
 			return err
 		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		res.Now = now
 		if err := settleIn(ctx, tx, ce, outcomes, now, &res); err != nil {
 			return err
 		}
@@ -498,12 +473,8 @@ func (s *Store) operateCommands(ctx context.Context, p store.RetryTasksParams, w
 		return 0, nil
 	}
 	var n int64
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
 		ce, err := commandsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}

@@ -100,29 +100,14 @@ func autoRefund(ctx context.Context, tx *Tx, now time.Time, o order.Order, p sto
 
 // ClaimRefunds implements store.Refunds.
 func (s *Store) ClaimRefunds(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedRefund, error) {
-	if p.Limit < 1 || p.Lease <= 0 {
-		return nil, fmt.Errorf("claim refunds: limit %d, lease %s: %w", p.Limit, p.Lease, store.ErrInvalid)
-	}
-	var out []store.ClaimedRefund
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		re, err := refundsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		out, err = re.ClaimRefunds(ctx, p.Limit, now, now.Add(p.Lease))
-		for i := range out {
-			out[i].ClaimedAt = now
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim refunds: %w", err)
-	}
-	return out, nil
+	return claimOn(ctx, s, "refunds", p, func(r *store.ClaimedRefund) *time.Time { return &r.ClaimedAt },
+		func(tx *Tx, now, leaseUntil time.Time) ([]store.ClaimedRefund, error) {
+			re, err := refundsOf(tx.ExecutorTx)
+			if err != nil {
+				return nil, err
+			}
+			return re.ClaimRefunds(ctx, p.Limit, now, leaseUntil)
+		})
 }
 
 // SettleRefunds implements store.Refunds: one transaction for the batch,
@@ -132,21 +117,15 @@ func (s *Store) SettleRefunds(ctx context.Context, outcomes []store.RefundOutcom
 	if len(outcomes) == 0 {
 		return res, nil
 	}
-	outcomes = slices.Clone(outcomes)
-	slices.SortStableFunc(outcomes, func(a, b store.RefundOutcome) int {
+	outcomes = inLockOrder(outcomes, func(a, b store.RefundOutcome) int {
 		return cmp.Or(cmp.Compare(a.OrderID, b.OrderID), cmp.Compare(a.PaymentID, b.PaymentID))
 	})
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		res = store.SettleRefundsResult{} // fresh on every retry
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
+		res = store.SettleRefundsResult{Now: now} // fresh on every retry
 		re, err := refundsOf(tx.ExecutorTx)
 		if err != nil {
 			return err
 		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		res.Now = now
 		for _, o := range outcomes {
 			if !o.Done {
 				ok, err := re.SettleRefund(ctx, o, refundStatus(o), now, now.Add(max(o.RetryIn, 0)))
@@ -295,12 +274,8 @@ func refundOf(o order.Order, p order.Payment) NewRefund {
 // EnqueueRefund implements store.Refunds.
 func (s *Store) EnqueueRefund(ctx context.Context, paymentID string) (order.Refund, error) {
 	var r order.Refund
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
 		re, err := refundsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}
@@ -330,12 +305,8 @@ func (s *Store) EnqueueRefund(ctx context.Context, paymentID string) (order.Refu
 // MarkRefunded implements store.Refunds.
 func (s *Store) MarkRefunded(ctx context.Context, m store.MarkRefundedParams) (order.Order, error) {
 	var res order.Order
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
 		re, err := refundsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}
@@ -399,12 +370,8 @@ func (s *Store) RetryRefunds(ctx context.Context, p store.RetryTasksParams) (int
 		return 0, nil
 	}
 	var n int64
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
 		re, err := refundsOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
@@ -12,27 +14,62 @@ import (
 // themselves (NewEffects); what is decided here is the order of steps of a
 // claim, a settle and an operator's retry, and their transactions.
 
-// ClaimTasks implements store.Tasks.
-func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedTask, error) {
-	if p.Limit < 1 || p.Lease <= 0 {
-		return nil, fmt.Errorf("claim tasks: limit %d, lease %s: %w", p.Limit, p.Lease, store.ErrInvalid)
-	}
-	var out []store.ClaimedTask
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
+// The steps the backlogs of claimed work share — the stock tasks, the
+// order-service commands, the refunds: a claim, a settle's transaction and
+// an operator's action, each on the store's clock. What is claimed, and
+// how each item settles, are the backlog's.
+
+// onClock runs fn in a transaction of its own, with the store's time.
+func (s *Store) onClock(ctx context.Context, fn func(tx *Tx, now time.Time) error) error {
+	return s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}
-		out, err = tx.ClaimTasks(ctx, p.Limit, now, now.Add(p.Lease))
+		return fn(tx, now)
+	})
+}
+
+// claimOn runs one claim of a backlog (what: "tasks", "commands",
+// "refunds") in a transaction of its own: claim leases up to p.Limit items
+// until the store's now + p.Lease, and each it returns is stamped with the
+// claim's time (claimedAt: the dispatcher measures an item's age on the
+// store's clock with it).
+func claimOn[T any](ctx context.Context, s *Store, what string, p store.ClaimTasksParams, claimedAt func(*T) *time.Time,
+	claim func(tx *Tx, now, leaseUntil time.Time) ([]T, error)) ([]T, error) {
+	if p.Limit < 1 || p.Lease <= 0 {
+		return nil, fmt.Errorf("claim %s: limit %d, lease %s: %w", what, p.Limit, p.Lease, store.ErrInvalid)
+	}
+	var out []T
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
+		var err error
+		out, err = claim(tx, now, now.Add(p.Lease))
 		for i := range out {
-			out[i].ClaimedAt = now
+			*claimedAt(&out[i]) = now
 		}
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim stock tasks: %w", err)
+		return nil, fmt.Errorf("claim %s: %w", what, err)
 	}
 	return out, nil
+}
+
+// inLockOrder is a copy of a settle's batch sorted by compare, which
+// orders it by its orders' ids first: the lock order of every batch, so
+// that two settles never wait on each other the other way round.
+func inLockOrder[T any](batch []T, compare func(a, b T) int) []T {
+	batch = slices.Clone(batch)
+	slices.SortStableFunc(batch, compare)
+	return batch
+}
+
+// ClaimTasks implements store.Tasks.
+func (s *Store) ClaimTasks(ctx context.Context, p store.ClaimTasksParams) ([]store.ClaimedTask, error) {
+	return claimOn(ctx, s, "stock tasks", p, func(t *store.ClaimedTask) *time.Time { return &t.ClaimedAt },
+		func(tx *Tx, now, leaseUntil time.Time) ([]store.ClaimedTask, error) {
+			return tx.ClaimTasks(ctx, p.Limit, now, leaseUntil)
+		})
 }
 
 // SettleTasks implements store.Tasks: one transaction for the batch.
@@ -40,11 +77,7 @@ func (s *Store) SettleTasks(ctx context.Context, outcomes []store.TaskOutcome) e
 	if len(outcomes) == 0 {
 		return nil
 	}
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
 		for _, o := range outcomes {
 			if o.Action == order.TaskReserve && (o.Done || o.Dead) {
 				// A reserve the dispatcher resolved or gave up: the order
@@ -97,11 +130,8 @@ func (s *Store) RetryTasks(ctx context.Context, p store.RetryTasksParams) (int64
 		return 0, nil
 	}
 	var n int64
-	err := s.withTx(ctx, TxOptions{}, func(tx *Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
+	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
+		var err error
 		n, err = tx.RetryTasks(ctx, p, now)
 		return err
 	})

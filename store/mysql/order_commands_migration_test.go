@@ -4,20 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"testing/fstest"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/lapsehq/lapse/internal/clock"
-	"github.com/lapsehq/lapse/internal/sqlfile"
 	"github.com/lapsehq/lapse/store/mysql"
 	"github.com/lapsehq/lapse/store/storetest"
 )
@@ -48,16 +45,6 @@ func migrationsBelow(t *testing.T, v int) fs.FS {
 		out["m/"+path.Base(name)] = &fstest.MapFile{Data: b}
 	}
 	return out
-}
-
-// commandsSteps are the sections of migration 011, in file order.
-func commandsSteps(t *testing.T) []sqlfile.Query {
-	t.Helper()
-	names, err := fs.Glob(mysql.Files, fmt.Sprintf("migrations/%03d_*.up.sql", commandsVersion))
-	if err != nil || len(names) != 1 {
-		t.Fatalf("migration %d: %v (%v)", commandsVersion, names, err)
-	}
-	return sqlfile.MustLoadOrdered(mysql.Files, names[0])
 }
 
 // ordersBeforeCommands writes orders (with items and payments) into a
@@ -113,24 +100,8 @@ func refusedByCheck(err error) bool {
 // still hold.
 func wantStatusCheckReplaced(t *testing.T, db *sql.DB) {
 	t.Helper()
-	var status []string
-	for _, c := range checks(t, db, "lapse_orders") {
-		if strings.Contains(c, "PAYING") {
-			status = append(status, c)
-		}
-	}
-	if len(status) != 1 || !strings.HasPrefix(status[0], "lapse_orders_status_check: ") || !strings.Contains(status[0], "CANCELLING") {
-		t.Errorf("lapse_orders' status checks: %q, want lapse_orders_status_check alone, with CANCELLING", status)
-	}
-	if _, err := db.Exec(`INSERT INTO lapse_orders (id, status, amount_cents, currency, created_at, expires_at, cancel_after)
-		VALUES ('check-probe', 'PENDING', 1, 'EUR', '2024-01-01', '2024-01-01', '2024-01-01')`); err != nil {
-		t.Fatalf("insert a probe order: %v", err)
-	}
-	defer func() {
-		if _, err := db.Exec(`DELETE FROM lapse_orders WHERE id = 'check-probe'`); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	wantOneCheck(t, db, "lapse_orders", "PAYING", "lapse_orders_status_check", "CANCELLING")
+	defer probeOrder(t, db, "check-probe", "PENDING")()
 	if _, err := db.Exec(`UPDATE lapse_orders SET status = 'CANCELLING' WHERE id = 'check-probe'`); err != nil {
 		t.Errorf("write CANCELLING: %v", err)
 	}
@@ -170,68 +141,13 @@ func recorded(t *testing.T, db *sql.DB, v int) int {
 	return n
 }
 
-// runAgain makes Migrate run 011 once more, as after a run that did every
-// step and was interrupted before recording it.
-func runAgain(t *testing.T, s *mysql.Store, db *sql.DB) {
-	t.Helper()
-	if _, err := db.Exec(`DELETE FROM lapse_schema_migrations WHERE version = ?`, commandsVersion); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatalf("run 011 again: %v", err)
-	}
-	if n := recorded(t, db, commandsVersion); n != 1 {
-		t.Fatalf("011 recorded %d times", n)
-	}
-}
-
 // Migration 011 replaces lapse_orders' unnamed status CHECK by a named one
 // that takes CANCELLING, and runs again from wherever a run stopped: after
 // any of its steps (a new session, as after a crash), or after all of them
 // with the version not yet recorded.
 func TestOrderCommandsMigrationRunsAgainFromAnyStep(t *testing.T) {
 	t.Parallel()
-	steps := commandsSteps(t)
-	below := migrationsBelow(t, commandsVersion)
-	for k := 0; k <= len(steps); k++ {
-		name := "before any step"
-		if k > 0 {
-			name = "after step " + steps[k-1].Name
-		}
-		t.Run("interrupted "+name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			url, db := emptyDatabase(t)
-			s := openURL(t, url, nil)
-			if err := s.MigrateFS(ctx, below, "m"); err != nil {
-				t.Fatalf("migrate below 011: %v", err)
-			}
-			ordersBeforeCommands(t, db)
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, st := range steps[:k] {
-				if _, err := conn.ExecContext(ctx, st.SQL); err != nil {
-					t.Fatalf("step %s: %v", st.Name, err)
-				}
-			}
-			conn.Close()
-			// Migrate runs on a session of the store's own: the stopped
-			// run's variables and prepared statement are not there.
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatalf("migrate after the interruption: %v", err)
-			}
-			if n := recorded(t, db, commandsVersion); n != 1 {
-				t.Fatalf("011 recorded %d times", n)
-			}
-			wantStatusCheckReplaced(t, db)
-			ordersAfterCommands(t, db)
-			runAgain(t, s, db)
-			wantStatusCheckReplaced(t, db)
-			ordersAfterCommands(t, db)
-		})
-	}
+	runsAgainFromAnyStep(t, commandsVersion, wantStatusCheckReplaced)
 }
 
 // The same on a database renamed from an earlier lapse (its tables and
@@ -245,7 +161,7 @@ func TestOrderCommandsMigrationOnARenamedDatabase(t *testing.T) {
 		t.Fatalf("migrate the earlier database: %v", err)
 	}
 	wantStatusCheckReplaced(t, db)
-	runAgain(t, s, db)
+	runAgain(t, s, db, commandsVersion)
 	wantStatusCheckReplaced(t, db)
 	after := tableDigests(t, db, "lapse_")
 	for _, tb := range legacyTables[:len(legacyTables)-1] {
@@ -289,7 +205,7 @@ func TestOrderCommandsMigrationBesideAShopsStatusChecks(t *testing.T) {
 		t.Fatalf("migrate through 011: %v", err)
 	}
 	wantStatusCheckReplaced(t, db)
-	runAgain(t, s, db)
+	runAgain(t, s, db, commandsVersion)
 	wantStatusCheckReplaced(t, db)
 	for _, tb := range tables {
 		if got := checks(t, db, tb); !slices.Equal(got, shop[tb]) {

@@ -94,6 +94,65 @@ INSERT INTO lapse_payments (order_id, payment_id, status, amount_cents, currency
 SELECT id, id || '-failed', 'FAILED', amount_cents, '', 1, 1699999999000, 1699999999000 FROM lapse_orders WHERE payment_attempts > 0;
 `
 
+// migrateKeepingRows is the step every SQLite migration that builds a
+// table again shares (011 lapse_orders, 012 lapse_payments, 013
+// lapse_orders): on db at path (migratedBefore version), it migrates, and
+// fails the test unless every row of tables survives (each had some), the
+// foreign keys hold, no copy of rebuilt is left aside, and the schema is a
+// fresh one's. It returns the store, for the test's own probes.
+func migrateKeepingRows(t *testing.T, path string, db *sql.DB, version int, rebuilt string, tables []string) *sqlite.Store {
+	t.Helper()
+	before := map[string][]string{}
+	for _, tb := range tables {
+		if before[tb] = rowsOf(t, db, tb); len(before[tb]) == 0 {
+			t.Fatalf("%s: the test left it empty", tb)
+		}
+	}
+	s := openPath(t, path)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate to %03d with rows: %v", version, err)
+	}
+	for _, tb := range tables {
+		if after := rowsOf(t, db, tb); !slices.Equal(before[tb], after) {
+			t.Errorf("%s: %d rows before, %d after, or some changed", tb, len(before[tb]), len(after))
+		}
+	}
+	if bad := strings1(t, db, `SELECT "table" || ' row ' || rowid || ' -> ' || parent FROM pragma_foreign_key_check`); len(bad) != 0 {
+		t.Errorf("foreign_key_check after %03d: %v", version, bad)
+	}
+	if left := strings1(t, db, `SELECT name FROM sqlite_master WHERE name LIKE '`+rebuilt+`%' AND type = 'table' AND name <> '`+rebuilt+`'`); len(left) != 0 {
+		t.Errorf("tables left aside: %v", left)
+	}
+	_, fresh := open(t, clock.Real{})
+	freshDB, err := sql.Open("sqlite", "file:"+fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer freshDB.Close()
+	if got, want := schemaShape(t, db), schemaShape(t, freshDB); got != want {
+		t.Errorf("the migrated schema differs from a fresh one:\n--- migrated\n%s\n--- fresh\n%s", got, want)
+	}
+	return s
+}
+
+// wantOrdersForeignKey fails the test unless each of children has one
+// foreign key, to lapse_orders.id.
+func wantOrdersForeignKey(t *testing.T, db *sql.DB, children ...string) {
+	t.Helper()
+	for _, child := range children {
+		fks := strings1(t, db, `SELECT "table" || '.' || "to" FROM pragma_foreign_key_list('`+child+`')`)
+		if !slices.Equal(fks, []string{"lapse_orders.id"}) {
+			t.Errorf("%s's foreign keys name %v, want lapse_orders.id", child, fks)
+		}
+	}
+}
+
+// refusedBy reports whether err is a constraint of kind ("CHECK",
+// "FOREIGN KEY") refusing a row.
+func refusedBy(err error, kind string) bool {
+	return err != nil && strings.Contains(err.Error(), kind)
+}
+
 // rowsOf is every row of table, in primary-key order, as text.
 func rowsOf(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
@@ -155,62 +214,27 @@ func TestOrderCommandsMigrationRebuildsOrdersKeepingEveryRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path, db := migratedBefore(t, 11)
-	tables := []string{"lapse_orders", "lapse_order_items", "lapse_payments", "lapse_skus", "lapse_stock_ledger"}
-	before := map[string][]string{}
-	for _, tb := range tables {
-		before[tb] = rowsOf(t, db, tb)
-		if len(before[tb]) == 0 {
-			t.Fatalf("%s: the test left it empty", tb)
-		}
-	}
-	s := openPath(t, path)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate to 011 with rows: %v", err)
-	}
-	for _, tb := range tables {
-		if after := rowsOf(t, db, tb); !slices.Equal(before[tb], after) {
-			t.Errorf("%s: %d rows before, %d after, or some changed", tb, len(before[tb]), len(after))
-		}
-	}
-	if bad := strings1(t, db, `SELECT "table" || ' row ' || rowid || ' -> ' || parent FROM pragma_foreign_key_check`); len(bad) != 0 {
-		t.Errorf("foreign_key_check after 011: %v", bad)
-	}
-	for _, child := range []string{"lapse_order_items", "lapse_payments"} {
-		fks := strings1(t, db, `SELECT "table" || '.' || "to" FROM pragma_foreign_key_list('`+child+`')`)
-		if !slices.Equal(fks, []string{"lapse_orders.id"}) {
-			t.Errorf("%s's foreign keys name %v, want lapse_orders.id", child, fks)
-		}
-	}
-	if left := strings1(t, db, `SELECT name FROM sqlite_master WHERE name LIKE 'lapse_orders%' AND type = 'table' AND name <> 'lapse_orders'`); len(left) != 0 {
-		t.Errorf("tables left aside: %v", left)
-	}
+	s := migrateKeepingRows(t, path, db, 11, "lapse_orders",
+		[]string{"lapse_orders", "lapse_order_items", "lapse_payments", "lapse_skus", "lapse_stock_ledger"})
+	wantOrdersForeignKey(t, db, "lapse_order_items", "lapse_payments")
 	indexes := strings1(t, db, `SELECT name FROM pragma_index_list('lapse_orders') WHERE origin = 'c' ORDER BY name`)
 	want := []string{"lapse_orders_cancelled_at", "lapse_orders_created", "lapse_orders_paid_at", "lapse_orders_refund_required",
 		"lapse_orders_reservation", "lapse_orders_status_cancel_after"}
 	if !slices.Equal(indexes, want) {
 		t.Errorf("lapse_orders' indexes %v, want %v", indexes, want)
 	}
-	_, fresh := open(t, clock.Real{})
-	freshDB, err := sql.Open("sqlite", "file:"+fresh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer freshDB.Close()
-	if got, want := schemaShape(t, db), schemaShape(t, freshDB); got != want {
-		t.Errorf("the migrated schema differs from a fresh one:\n--- migrated\n%s\n--- fresh\n%s", got, want)
-	}
 
 	// The new status is accepted, any other refused; the foreign keys hold.
 	if _, err := db.Exec(`UPDATE lapse_orders SET status = 'CANCELLING' WHERE id = 'o-4'`); err != nil {
 		t.Errorf("write CANCELLING: %v", err)
 	}
-	if _, err := db.Exec(`UPDATE lapse_orders SET status = 'BOGUS' WHERE id = 'o-8'`); err == nil || !strings.Contains(err.Error(), "CHECK") {
+	if _, err := db.Exec(`UPDATE lapse_orders SET status = 'BOGUS' WHERE id = 'o-8'`); !refusedBy(err, "CHECK") {
 		t.Errorf("write BOGUS: %v, want the CHECK to refuse it", err)
 	}
-	if _, err := db.Exec(`INSERT INTO lapse_order_items (order_id, sku, qty) VALUES ('no-such-order', 'sku-1', 1)`); err == nil || !strings.Contains(err.Error(), "FOREIGN KEY") {
+	if _, err := db.Exec(`INSERT INTO lapse_order_items (order_id, sku, qty) VALUES ('no-such-order', 'sku-1', 1)`); !refusedBy(err, "FOREIGN KEY") {
 		t.Errorf("an item of no order: %v, want the foreign key to refuse it", err)
 	}
-	if _, err := db.Exec(`INSERT INTO lapse_payments (order_id, payment_id, status, created_at, updated_at) VALUES ('no-such-order', 'p', 'PENDING', 0, 0)`); err == nil || !strings.Contains(err.Error(), "FOREIGN KEY") {
+	if _, err := db.Exec(`INSERT INTO lapse_payments (order_id, payment_id, status, created_at, updated_at) VALUES ('no-such-order', 'p', 'PENDING', 0, 0)`); !refusedBy(err, "FOREIGN KEY") {
 		t.Errorf("a payment of no order: %v, want the foreign key to refuse it", err)
 	}
 

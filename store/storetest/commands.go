@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -285,37 +284,9 @@ func testCommandClaims(t *testing.T, newStore Factory) {
 	if res, err = s.CancelDue(ctx, store.CancelDueParams{Claim: n, Command: true}); err != nil || len(res.Cancelled) != n/2 {
 		t.Fatalf("second claim: %d commanded, %v; want the other %d", len(res.Cancelled), err, n/2)
 	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				cs, err := s.ClaimCommands(ctx, store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if len(cs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, c := range cs {
-					seen[c.ID]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if len(seen) != n {
-		t.Fatalf("claimed %d distinct commands, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Fatalf("command %s claimed %d times", id, k)
-		}
-	}
+	claimEachOnce(t, "commands", n, func() ([]store.ClaimedCommand, error) {
+		return s.ClaimCommands(ctx, store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
+	}, func(c store.ClaimedCommand) string { return c.ID }, nil)
 }
 
 func testCommandConflict(t *testing.T, newStore Factory) {

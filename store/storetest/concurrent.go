@@ -112,3 +112,51 @@ func testConcurrentCreates(t *testing.T, newStore Factory) {
 	wantSKU(t, s, "plenty", 1000-plenty, plenty, 0)
 	AuditOK(t, s)
 }
+
+// claimEachOnce is the step every claim's concurrency test shares: four
+// claimers each call claim until it takes nothing, and the test fails
+// unless together they took n distinct items (named by id), each once.
+// took, when set, hears each batch a claimer took, on its goroutine (to
+// check the batch, or settle it); an error it returns stops that claimer
+// and fails the test.
+func claimEachOnce[T any](t *testing.T, what string, n int, claim func() ([]T, error), id func(T) string, took func([]T) error) {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				batch, err := claim()
+				if err != nil {
+					t.Errorf("claim %s: %v", what, err)
+					return
+				}
+				if len(batch) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, it := range batch {
+					seen[id(it)]++
+				}
+				mu.Unlock()
+				if took == nil {
+					continue
+				}
+				if err := took(batch); err != nil {
+					t.Errorf("claimed %s: %v", what, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct %s, want %d", len(seen), what, n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s %s claimed %d times", what, id, k)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -178,40 +177,16 @@ func testRefundClaims(t *testing.T, newStore Factory) {
 	for i := range n {
 		owing(t, s, true, fmt.Sprintf("rc-%02d", i), fmt.Sprintf("rc-%02d-1", i))
 	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for {
-				rs, err := s.ClaimRefunds(ctx, store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if len(rs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, r := range rs {
-					seen[r.PaymentID]++
-					if r.Attempts != 1 || !r.ClaimedAt.Equal(t0) || !r.NextAt.Equal(t0.Add(time.Hour)) {
-						t.Errorf("claimed %+v, want attempt 1, leased for an hour", r)
-					}
-				}
-				mu.Unlock()
+	claimEachOnce(t, "refunds", n, func() ([]store.ClaimedRefund, error) {
+		return s.ClaimRefunds(ctx, store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
+	}, func(r store.ClaimedRefund) string { return r.PaymentID }, func(rs []store.ClaimedRefund) error {
+		for _, r := range rs {
+			if r.Attempts != 1 || !r.ClaimedAt.Equal(t0) || !r.NextAt.Equal(t0.Add(time.Hour)) {
+				t.Errorf("claimed %+v, want attempt 1, leased for an hour", r)
 			}
-		})
-	}
-	wg.Wait()
-	if len(seen) != n {
-		t.Fatalf("claimed %d refunds, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Fatalf("%s claimed %d times", id, k)
 		}
-	}
+		return nil
+	})
 	clk.Advance(time.Hour - time.Millisecond)
 	if rs := claimRefunds(t, s, n, time.Minute); len(rs) != 0 {
 		t.Fatalf("claimed %d refunds under their lease", len(rs))

@@ -1001,39 +1001,10 @@ func testConcurrentClaim(t *testing.T, newStore Factory) {
 		Create(t, s, fmt.Sprintf("cc-%03d", i), "a")
 	}
 	clk.Advance(timeout + grace)
-	var mu sync.Mutex
-	seen := map[string]int{}
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 25})
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if len(res.Cancelled) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, c := range res.Cancelled {
-					seen[c.ID]++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if len(seen) != n {
-		t.Fatalf("cancelled %d of %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Fatalf("%s cancelled %d times", id, k)
-		}
-	}
+	claimEachOnce(t, "due orders", n, func() ([]store.Cancelled, error) {
+		res, err := s.CancelDue(ctx, store.CancelDueParams{Claim: 25})
+		return res.Cancelled, err
+	}, func(c store.Cancelled) string { return c.ID }, nil)
 	wantSKU(t, s, "a", n, 0, 0)
 	AuditOK(t, s)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -311,52 +310,15 @@ func testTasksConcurrentClaims(t *testing.T, newStore Factory) {
 		CreateRemote(t, s, id, "far")
 		into(t, s, id, order.Cancelled)
 	}
-	var (
-		mu   sync.Mutex
-		seen = map[string]int{}
-		wg   sync.WaitGroup
-	)
-	errs := make(chan error, 4)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				ts, err := s.ClaimTasks(context.Background(), store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(ts) == 0 {
-					return
-				}
-				var os []store.TaskOutcome
-				mu.Lock()
-				for _, tk := range ts {
-					seen[tk.ID]++
-					os = append(os, store.TaskOutcome{ID: tk.ID, Attempts: tk.Attempts, Done: true})
-				}
-				mu.Unlock()
-				if err := s.SettleTasks(context.Background(), os); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != n {
-		t.Fatalf("claimed %d distinct tasks, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 {
-			t.Errorf("task %s claimed %d times under one lease", id, k)
+	claimEachOnce(t, "tasks", n, func() ([]store.ClaimedTask, error) {
+		return s.ClaimTasks(context.Background(), store.ClaimTasksParams{Limit: 7, Lease: time.Hour})
+	}, func(tk store.ClaimedTask) string { return tk.ID }, func(ts []store.ClaimedTask) error {
+		os := make([]store.TaskOutcome, len(ts))
+		for i, tk := range ts {
+			os[i] = store.TaskOutcome{ID: tk.ID, Attempts: tk.Attempts, Done: true}
 		}
-	}
+		return s.SettleTasks(context.Background(), os)
+	})
 	if st, err := s.TaskStats(context.Background()); err != nil || st.Pending != 0 || st.Dead != 0 {
 		t.Fatalf("stats after the run %+v, %v; want nothing left", st, err)
 	}
