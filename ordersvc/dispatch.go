@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/drain"
@@ -35,15 +33,11 @@ type Dispatcher struct {
 
 	wake drain.Wake
 
-	// The commands the cancels wrote claimed for this dispatcher (Hold),
-	// waiting for a worker's pass; runMu guards them.
-	runMu     sync.Mutex
-	runCtx    context.Context
-	holds     int                    // Holds not yet delivered or released
-	holdsDone *sync.Cond             // signalled when holds falls to 0
-	handed    []store.ClaimedCommand // delivered, not yet taken by a pass
-	handedAt  time.Time              // the earliest Hold of handed: its sends' clock
-	lastClaim atomic.Int64           // unix nanos of the last claim pass
+	// The batches handed over by the cancels that wrote them (Hold).
+	runCtx   context.Context
+	runMu    sync.Mutex
+	held     chan struct{} // a slot per batch in flight, Workers of them
+	handedWG sync.WaitGroup
 }
 
 // DispatcherConfig tunes a Dispatcher; the zero value takes every default.
@@ -146,31 +140,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		run.Stats = drain.Gauges(d.Store.CommandStats, d.Metrics.setStats)
 	}
 	d.runMu.Lock()
-	d.runCtx = ctx
-	if d.holdsDone == nil {
-		d.holdsDone = sync.NewCond(&d.runMu)
-	}
+	d.runCtx, d.held = ctx, make(chan struct{}, d.Workers)
 	d.runMu.Unlock()
 	run.Run(ctx, d.pass)
-	// No Hold is granted from here; the commands of those granted go out
-	// before Run returns, as a worker's last passes would have sent them.
 	d.runMu.Lock()
 	d.runCtx = nil
-	for d.holds > 0 {
-		d.holdsDone.Wait()
-	}
 	d.runMu.Unlock()
-	flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.Lease*4/5)
-	defer cancel()
-	for {
-		cs, start := d.take(d.BatchSize)
-		if len(cs) == 0 {
-			break
-		}
-		if _, err := d.deliver(flush, start, cs); err != nil {
-			d.Logger.Warn("ordersvc: settling handed-over commands at shutdown failed; they go again after their lease", "commands", len(cs), "err", err)
-		}
-	}
+	d.handedWG.Wait()
 	return nil
 }
 
@@ -179,21 +155,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // (store.CancelDueParams.CommandLease, Lease).
 type Handoff struct {
 	d     *Dispatcher
+	ctx   context.Context
 	start time.Time
 	done  bool
 }
 
-// Hold lets a cancel that is about to write commands write them claimed for
-// this dispatcher, so that they go out the moment the cancel commits: no
-// claim transaction, no wait for an interval. The command lag at 1,000
-// due/s is the timer, the cancel's commit, the send and the settle.
-//
-// The commands of every Handoff delivered meanwhile wait together for the
-// next worker's pass: a worker sends what the cancels committed while it
-// was sending the last lot, in one batch and one settle, however small the
-// cancels' batches were. ok=false when the dispatcher is not running, or
-// its workers are behind by Workers×BatchSize handed-over commands: the
-// cancel writes its commands unclaimed, for the claims of any instance.
+// Hold takes a slot for a batch of commands a cancel is about to write
+// claimed for this dispatcher, so that it sends them the moment the cancel
+// commits: no claim transaction, no wait for a worker's next pass. The
+// command lag at 1,000 due/s is the timer, the cancel's commit, the send
+// and the settle. ok=false when the dispatcher is not running or Workers
+// handed-over batches are in flight already: the cancel writes its commands
+// unclaimed, for the workers' claims. Lease is the lease to write them with.
 // Exactly one of the Handoff's Deliver and Release must follow.
 func (d *Dispatcher) Hold() (h *Handoff, ok bool) {
 	d.runMu.Lock()
@@ -201,13 +174,15 @@ func (d *Dispatcher) Hold() (h *Handoff, ok bool) {
 	if d.runCtx == nil || d.runCtx.Err() != nil {
 		return nil, false
 	}
-	if len(d.handed) >= d.Workers*d.BatchSize {
+	select {
+	case d.held <- struct{}{}:
+	default:
 		d.countHandoff(handoffBusy)
 		return nil, false
 	}
 	d.countHandoff(handoffHeld)
-	d.holds++
-	return &Handoff{d: d, start: time.Now()}, true
+	d.handedWG.Add(1)
+	return &Handoff{d: d, ctx: d.runCtx, start: time.Now()}, true
 }
 
 func (d *Dispatcher) countHandoff(outcome string) {
@@ -219,88 +194,47 @@ func (d *Dispatcher) countHandoff(outcome string) {
 // Lease is how long the commands of a Handoff are to be claimed for.
 func (h *Handoff) Lease() time.Duration { return h.d.Lease }
 
-// Deliver hands over the commands the cancel wrote claimed (empty: none)
-// and wakes a worker to send them and settle the answers. The dispatcher's
-// Run sends them before returning.
+// Deliver sends the commands the cancel wrote claimed (empty: none) and
+// settles the answers, in the background, then frees the slot. The
+// dispatcher's Run waits for it before returning.
 func (h *Handoff) Deliver(cs []store.ClaimedCommand) {
 	if h.done {
 		return
 	}
 	h.done = true
-	d := h.d
-	d.runMu.Lock()
-	if len(cs) > 0 {
-		if len(d.handed) == 0 || h.start.Before(d.handedAt) {
-			d.handedAt = h.start
-		}
-		d.handed = append(d.handed, cs...)
-	}
-	d.release()
-	d.runMu.Unlock()
-	if len(cs) > 0 {
-		d.Notify()
-	}
-}
-
-// Release ends a Handoff whose cancel wrote nothing claimed (it failed, or
-// the store cannot claim at write).
-func (h *Handoff) Release() {
-	if h.done {
+	if len(cs) == 0 {
+		h.free()
 		return
 	}
-	h.done = true
-	h.d.runMu.Lock()
-	h.d.release()
-	h.d.runMu.Unlock()
+	go func() {
+		defer h.free()
+		if _, err := h.d.deliver(h.ctx, h.start, cs); err != nil {
+			// The lease runs out and a worker's claim sends them again.
+			h.d.Logger.Warn("ordersvc: settling a handed-over batch failed; its commands go again after their lease", "commands", len(cs), "err", err)
+		}
+	}()
 }
 
-// release ends one Hold; the caller holds runMu.
-func (d *Dispatcher) release() {
-	d.holds--
-	if d.holds == 0 {
-		d.holdsDone.Broadcast()
+// Release frees the slot of a Handoff whose cancel wrote nothing claimed
+// (it failed, or the store cannot claim at write).
+func (h *Handoff) Release() {
+	if !h.done {
+		h.done = true
+		h.free()
 	}
 }
 
-// take removes up to n handed-over commands, with the time of the earliest
-// Hold among them (their sends end within 4/5 of the lease from it).
-func (d *Dispatcher) take(n int) ([]store.ClaimedCommand, time.Time) {
-	d.runMu.Lock()
-	defer d.runMu.Unlock()
-	if len(d.handed) == 0 {
-		return nil, time.Time{}
-	}
-	n = min(n, len(d.handed))
-	cs := slices.Clone(d.handed[:n])
-	start := d.handedAt
-	d.handed = slices.Delete(d.handed, 0, n)
-	// The rest keep the earliest time: a bound, never later than theirs.
-	return cs, start
+func (h *Handoff) free() {
+	<-h.d.held
+	h.d.handedWG.Done()
 }
 
-// pass sends the commands handed over by the cancels, and claims the
-// others due: the handed-over first, topped up by a claim (the commands
-// written unclaimed, retries, other instances' lost leases) whenever the
-// last claim is an Interval old or nothing was handed over.
+// pass claims one batch, sends its commands concurrently and settles it.
 func (d *Dispatcher) pass(ctx context.Context) (drain.Pass, error) {
 	start := time.Now()
-	cs, handedAt := d.take(d.BatchSize)
-	if len(cs) > 0 {
-		start = handedAt
-	}
-	if room := d.BatchSize - len(cs); room > 0 && (len(cs) == 0 || time.Since(time.Unix(0, d.lastClaim.Load())) >= d.Interval) {
-		d.lastClaim.Store(time.Now().UnixNano())
-		claimed, err := d.Store.ClaimCommands(ctx, store.ClaimTasksParams{Limit: room, Lease: d.Lease})
-		if err != nil && len(cs) == 0 {
-			return drain.Pass{}, err
-		}
-		if err != nil {
-			d.Logger.Warn("ordersvc: claiming commands failed; sending the handed-over ones", "err", err)
-		}
-		cs = append(cs, claimed...)
-	}
-	if len(cs) == 0 {
-		return drain.Pass{}, nil
+	cs, err := d.Store.ClaimCommands(ctx, store.ClaimTasksParams{Limit: d.BatchSize, Lease: d.Lease})
+	if err != nil || len(cs) == 0 {
+		return drain.Pass{}, err
 	}
 	return d.deliver(ctx, start, cs)
 }
