@@ -16,7 +16,8 @@ GOTESTFLAGS ?=
 
 .PHONY: test test-unit check build run bench lint fuzz check-deploy release-snapshot check-release image check-image
 
-## test: every test, with the race detector, including the integration suites
+## test: every test, with the race detector, including the integration suites (the lapse
+## processes cmd/lapse's end-to-end tests start are built without it: LAPSE_TEST_RACE_BINARY=1 races them too)
 test:
 	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
