@@ -782,15 +782,15 @@ type tasksView struct {
 }
 
 func (h *Handler) tasks(w http.ResponseWriter, r *http.Request, s session) error {
-	dead := r.URL.Query().Get("dead") == "1"
-	page, err := h.svc.ListTasks(r.Context(), store.ListTasksParams{Dead: dead, After: r.URL.Query().Get("after"), Limit: 100})
+	q := workQuery(r)
+	page, err := h.svc.ListTasks(r.Context(), q)
+	if h.refused(w, r, s, err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	v := tasksView{base: h.base(r, s, "Stock tasks"), Tasks: page.Tasks, Dead: dead}
-	if page.NextAfter != "" {
-		v.Next = "/ui/tasks?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(page.NextAfter)
-	}
+	v := tasksView{base: h.base(r, s, "Stock tasks"), Tasks: page.Tasks, Dead: q.Dead, Next: nextWorkPage("/ui/tasks", q.Dead, page.NextAfter)}
 	return h.render(w, "tasks", v)
 }
 
@@ -820,14 +820,14 @@ type commandsView struct {
 // dead=1 the DEAD ones. Read-only, as the tasks' and events' lists: an
 // operator sends them again or purges them through the API.
 func (h *Handler) commands(w http.ResponseWriter, r *http.Request, s session) error {
-	dead := r.URL.Query().Get("dead") == "1"
-	page, err := h.svc.ListCommands(r.Context(), store.ListTasksParams{Dead: dead, After: r.URL.Query().Get("after"), Limit: 100})
+	q := workQuery(r)
+	page, err := h.svc.ListCommands(r.Context(), q)
+	if h.refused(w, r, s, err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	v := commandsView{base: h.base(r, s, "Cancel commands"), Commands: page.Commands, Dead: dead}
-	if page.NextAfter != "" {
-		v.Next = "/ui/commands?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(page.NextAfter)
-	}
+	v := commandsView{base: h.base(r, s, "Cancel commands"), Commands: page.Commands, Dead: q.Dead, Next: nextWorkPage("/ui/commands", q.Dead, page.NextAfter)}
 	return h.render(w, "commands", v)
 }

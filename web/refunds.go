@@ -27,21 +27,41 @@ type refundsView struct {
 // refunds lists the refunds not DONE (pending and dead), or with dead=1
 // the DEAD ones, each DEAD one with its retry (lapse.Service.ListRefunds).
 func (h *Handler) refunds(w http.ResponseWriter, r *http.Request, s session) error {
-	dead := r.URL.Query().Get("dead") == "1"
-	page, err := h.svc.ListRefunds(r.Context(), store.ListTasksParams{Dead: dead, After: r.URL.Query().Get("after"), Limit: 100})
-	var inv *lapse.InvalidError
-	if errors.As(err, &inv) {
-		h.fail(w, r, s, http.StatusBadRequest, inv.Error())
+	q := workQuery(r)
+	page, err := h.svc.ListRefunds(r.Context(), q)
+	if h.refused(w, r, s, err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	v := refundsView{base: h.base(r, s, "Refunds"), Refunds: page.Refunds, Dead: dead}
-	if page.NextAfter != "" {
-		v.Next = "/ui/refunds?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(page.NextAfter)
-	}
+	v := refundsView{base: h.base(r, s, "Refunds"), Refunds: page.Refunds, Dead: q.Dead, Next: nextWorkPage("/ui/refunds", q.Dead, page.NextAfter)}
 	return h.render(w, "refunds", v)
+}
+
+// workQuery is the page a work list (stock tasks, commands, refunds) asks
+// for: dead=1 for the DEAD ones alone, after the id it goes on from.
+func workQuery(r *http.Request) store.ListTasksParams {
+	return store.ListTasksParams{Dead: r.URL.Query().Get("dead") == "1", After: r.URL.Query().Get("after"), Limit: 100}
+}
+
+// nextWorkPage links a work list's next page, "" after its last.
+func nextWorkPage(path string, dead bool, next string) string {
+	if next == "" {
+		return ""
+	}
+	return path + "?dead=" + map[bool]string{true: "1", false: "0"}[dead] + "&after=" + url.QueryEscape(next)
+}
+
+// refused answers a request the Service refused as invalid with a 400
+// page, and reports whether it did.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, s session, err error) bool {
+	var inv *lapse.InvalidError
+	if !errors.As(err, &inv) {
+		return false
+	}
+	h.fail(w, r, s, http.StatusBadRequest, inv.Error())
+	return true
 }
 
 // owedAttempt finds o's payment attempt paymentID when it owes money back
