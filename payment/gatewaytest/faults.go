@@ -97,3 +97,13 @@ func (f *Faults) Serve(w http.ResponseWriter, r *http.Request, op string, next h
 		next.ServeHTTP(w, r)
 	}
 }
+
+// TradeNo is the out_trade_no under which a fake keeps the trade of an
+// order's payment attempt: the payment id, or the order id when there is
+// none (payment.ByTradeNo's rule).
+func TradeNo(orderID, paymentID string) string {
+	if paymentID != "" {
+		return paymentID
+	}
+	return orderID
+}

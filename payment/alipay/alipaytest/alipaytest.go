@@ -154,10 +154,7 @@ func New(t testing.TB) *Server {
 // Set implements gatewaytest.Fake: trades are kept by out_trade_no, the
 // payment id (the order id when there is none).
 func (s *Server) Set(orderID, paymentID string, st gatewaytest.Trade, cents int64) {
-	no := paymentID
-	if no == "" {
-		no = orderID
-	}
+	no := gatewaytest.TradeNo(orderID, paymentID)
 	switch st {
 	case gatewaytest.TradePaid:
 		s.SetStatus(no, "TRADE_SUCCESS", cents)
@@ -208,10 +205,7 @@ func (s *Server) Calls(method string) int {
 // Refunds implements gatewaytest.RefundFake: the refunds made of a trade,
 // one per out_request_no.
 func (s *Server) Refunds(orderID, paymentID string) int {
-	no := paymentID
-	if no == "" {
-		no = orderID
-	}
+	no := gatewaytest.TradeNo(orderID, paymentID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.refunds[no])

@@ -180,10 +180,7 @@ func New(t testing.TB) *Server {
 // Set implements gatewaytest.Fake: trades are kept by out_trade_no, the
 // payment id (the order id when there is none).
 func (f *Server) Set(orderID, paymentID string, st gatewaytest.Trade, cents int64) {
-	no := paymentID
-	if no == "" {
-		no = orderID
-	}
+	no := gatewaytest.TradeNo(orderID, paymentID)
 	states := map[gatewaytest.Trade]string{gatewaytest.TradePaid: "SUCCESS", gatewaytest.TradeNotPaid: "NOTPAY",
 		gatewaytest.TradePending: "USERPAYING", gatewaytest.TradeClosed: "CLOSED", gatewaytest.TradeUnmapped: "ACCEPT"}
 	if st == gatewaytest.TradeUnknown {
@@ -226,10 +223,7 @@ func (f *Server) Count(op string) int {
 // Refunds implements gatewaytest.RefundFake: the refunds made of a trade,
 // one per out_refund_no.
 func (f *Server) Refunds(orderID, paymentID string) int {
-	no := paymentID
-	if no == "" {
-		no = orderID
-	}
+	no := gatewaytest.TradeNo(orderID, paymentID)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.refunds[no])
