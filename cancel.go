@@ -148,7 +148,17 @@ func (s *Service) commandsSettled(res store.SettleCommandsResult) {
 		timeout.Inc()
 		s.metrics.lateness.Observe(o.CancelledAt.Sub(o.CancelAfter).Seconds())
 	}
-	if len(res.Cancelled)+len(res.Paid) > 0 {
+	owed := 0
+	for _, cf := range res.Conflicts {
+		if cf.RefundRequired {
+			owed++
+			s.metrics.refundRequired.Inc()
+		}
+	}
+	if owed > 0 && s.refunds != nil {
+		s.refunds.Notify()
+	}
+	if len(res.Cancelled)+len(res.Paid)+owed > 0 {
 		s.relay.Notify()
 	}
 }

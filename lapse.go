@@ -361,6 +361,7 @@ func New(cfg Config) (*Service, error) {
 			cc.Logger = cfg.Logger
 		}
 		cc.OnSettled = s.commandsSettled
+		cc.AutoRefund = cfg.AutoRefund
 		s.commands = &ordersvc.Dispatcher{Store: cfg.Store, Client: cfg.OrderService, DispatcherConfig: cc}
 	}
 	if cfg.AutoRefund {

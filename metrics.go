@@ -89,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		}, []string{"reason"}),
 		refundRequired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lapse_refund_required_total",
-			Help: "Successful payments that could not pay their order (cancelled, paid by another attempt, another amount or currency): money to give back.",
+			Help: "Successful payments that could not pay their order (cancelled; in order-service mode, cancelled by the order service after lapse saw it paid; paid by another attempt; another amount or currency): money to give back.",
 		}),
 		refundNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lapse_refund_notifications_total",

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,8 +20,11 @@ import (
 	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/ordersvc"
+	"github.com/lapsehq/lapse/payment"
+	"github.com/lapsehq/lapse/refund"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/postgres"
+	"github.com/lapsehq/lapse/store/storetest"
 )
 
 // testSecret is a Standard Webhooks secret for tests only (24 zero bytes
@@ -239,4 +243,98 @@ func checkAnswersDecide(t *testing.T, svc *lapse.Service, rcv *shopReceiver) {
 	if err != nil || len(dead) != 4 {
 		t.Fatalf("dead commands %d (%v), want the 4 not_found", len(dead), err)
 	}
+}
+
+// The payment reaches lapse while the cancel command is out (the order
+// service answered paying, and the command went again), and the order
+// service answers cancelled: it cancelled before it saw the money. lapse's
+// record stays PAID (order.paid is out), but the money was taken for an
+// order its owner cancelled: the attempt owes it back, refund_required is
+// set with order.refund_required, and with AutoRefund the refund goes to
+// the gateway once, the attempt ends REFUNDED and the audit passes.
+func TestOrderServiceCancelOfAnOrderLapseSawPaidGivesTheMoneyBack(t *testing.T) {
+	t.Parallel()
+	mock := payment.NewMock(payment.MockConfig{})
+	gwSrv := httptest.NewServer(mock)
+	t.Cleanup(gwSrv.Close)
+	t.Cleanup(func() { _ = mock.Close() })
+	gw, err := payment.NewHTTPGateway(gwSrv.URL, payment.HTTPConfig{Retries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id, pid = "os-late-pay", "p-os-late"
+	var (
+		svc   *lapse.Service
+		mu    sync.Mutex
+		sends int
+	)
+	// The shop: paying on the first command; on the second, the payment
+	// lands at lapse (the gateway's notification) before the shop, which
+	// saw no payment, cancels.
+	rcv := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var c ordersvc.Command
+		if err := json.NewDecoder(req.Body).Decode(&c); err != nil || c.OrderID != id {
+			http.Error(w, "bad command", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		sends++
+		n := sends
+		mu.Unlock()
+		a := ordersvc.Answer{Result: ordersvc.Paying, RetryAfterSeconds: 1, CommandID: req.Header.Get(standardwebhooks.HeaderWebhookID)}
+		if n > 1 {
+			if _, err := svc.Notify(req.Context(), lapse.Notification{OrderID: id, PaymentID: pid, Status: lapse.PaymentSucceeded, AmountCents: 500}); err != nil {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			a.Result = ordersvc.Cancelled
+			a.RetryAfterSeconds = 0
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a)
+	})
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	client, err := ordersvc.NewHTTP(ordersvc.HTTPConfig{URL: srv.URL, Secrets: []string{testSecret}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := orderServiceStore(t)
+	svc = newService(t, lapse.Config{Store: st, OrderService: client, Gateway: gw, AutoRefund: true, ConfirmAfter: time.Hour,
+		Commands: ordersvc.DispatcherConfig{RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, PayingMin: 50 * time.Millisecond},
+		Refunds:  refund.Config{RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond, Interval: 50 * time.Millisecond}})
+	start(t, svc)
+	ctx := context.Background()
+	if _, err := mock.Pay(id, 500, payment.OutcomeSucceeded, pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{ID: id, AmountCents: 500, Currency: "EUR", Timeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var o order.Order
+	waitFor(t, 20*time.Second, "the refund of the payment the order service's cancel left owed", func() bool {
+		o, _ = svc.Get(ctx, id)
+		return hasPayment(o, pid, order.PaymentRefunded) && !o.RefundRequired
+	})
+	if o.Status != order.Paid {
+		t.Fatalf("the order is %s in lapse, want PAID (its order.paid went out; a transition is never taken back)", o.Status)
+	}
+	if rs := mock.Refunds(id); len(rs) != 1 || rs[0].PaymentID != pid || rs[0].AmountCents != 500 {
+		t.Fatalf("refunds at the gateway: %+v, want one of %s's 500", rs, pid)
+	}
+	evs, err := st.OrderEvents(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if want := []string{order.EventCreated, order.EventPaid, order.EventRefundRequired, order.EventRefunded}; !slices.Equal(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	if got := metric(t, svc, "lapse_refund_required_total"); got != 1 {
+		t.Fatalf("lapse_refund_required_total = %v, want 1", got)
+	}
+	storetest.AuditOK(t, st)
 }

@@ -60,6 +60,12 @@ type CommandsResult struct {
 	// answer decides (cancelled and already_cancelled: CANCELLED;
 	// already_paid: PAID): must be 0.
 	Mismatched int `json:"mismatched"`
+	// OwedBack counts orders answered cancelled that lapse had recorded
+	// PAID (the run's payment reached lapse while the command was out, and
+	// the receiver, which answers from the command's attempts, cancelled):
+	// left PAID with the payment owed back (refund_required), not a
+	// mismatch.
+	OwedBack int `json:"owed_back"`
 	// HandoffsHeld and HandoffsBusy count the cancel batches whose
 	// commands the dispatcher took as they were written (sent as the batch
 	// committed) and those it was too busy to take (sent by a later claim).
@@ -156,7 +162,11 @@ func (r *run) readCommands(ctx context.Context) (CommandsResult, error) {
 		if ordersvc.Result(c.Result) == ordersvc.AlreadyPaid {
 			want = order.Paid
 		}
-		if g.o.Status != want {
+		switch {
+		case g.o.Status == want:
+		case want == order.Cancelled && g.o.Status == order.Paid && owesBack(g.o):
+			res.OwedBack++
+		default:
 			res.Mismatched++
 		}
 	}
@@ -291,4 +301,15 @@ func (rc *Receiver) apply(_ context.Context, c ordersvc.Command, commandID strin
 	}
 	rc.answered.Add(1)
 	return ordersvc.Answer{Result: ordersvc.Cancelled}, nil
+}
+
+// owesBack says whether o's paying attempt owes its money back (or gave it
+// back since): REFUND_REQUIRED or REFUNDED.
+func owesBack(o order.Order) bool {
+	for _, p := range o.Payments {
+		if p.PaymentID == o.PaymentID {
+			return p.Status == order.PaymentRefundRequired || p.Status == order.PaymentRefunded
+		}
+	}
+	return false
 }

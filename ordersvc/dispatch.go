@@ -89,6 +89,10 @@ type DispatcherConfig struct {
 	// OnSettled, when set, is called with each batch's settle (the
 	// service counts its transitions and runs what follows them).
 	OnSettled func(res store.SettleCommandsResult)
+	// AutoRefund (--auto-refund): an answer of cancelled for an order lapse
+	// saw paid writes the refund of the attempt that paid it (it owes the
+	// money back either way).
+	AutoRefund bool
 }
 
 func (c *DispatcherConfig) setDefaults() {
@@ -275,6 +279,11 @@ func (d *Dispatcher) deliver(ctx context.Context, start time.Time, cs []store.Cl
 		d.OnSettled(res)
 	}
 	for _, cf := range res.Conflicts {
+		if cf.RefundRequired {
+			d.Logger.Error("ordersvc: the order service cancelled an order lapse saw paid; it stays PAID in lapse and the payment is owed back (refund_required)",
+				"command_id", cf.CommandID, "order_id", cf.OrderID, "result", cf.Result, "status", cf.Status, "auto_refund", d.AutoRefund)
+			continue
+		}
 		d.Logger.Error("ordersvc: the order service's answer contradicts lapse's record of the order; left as lapse has it",
 			"command_id", cf.CommandID, "order_id", cf.OrderID, "result", cf.Result, "status", cf.Status)
 	}
@@ -301,7 +310,7 @@ func DeliveryOf(c store.ClaimedCommand) Delivery {
 // outcome decides what becomes of c after the order service answered a
 // (err nil) or the send failed with err.
 func (d *Dispatcher) outcome(c store.ClaimedCommand, a Answer, err error) store.CommandOutcome {
-	o := store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts}
+	o := store.CommandOutcome{ID: c.ID, OrderID: c.OrderID, Attempts: c.Attempts, AutoRefund: d.AutoRefund}
 	if err == nil {
 		o.Result = string(a.Result)
 		switch a.Result {

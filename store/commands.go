@@ -68,6 +68,9 @@ type CommandOutcome struct {
 	Error   string
 	Dead    bool
 	RetryIn time.Duration
+	// AutoRefund (--auto-refund): a cancelled answer for an order lapse saw
+	// paid writes the refund of the attempt that paid it.
+	AutoRefund bool
 }
 
 // SettleCommandsResult is what a settle changed.
@@ -89,4 +92,7 @@ type CommandConflict struct {
 	CommandID, OrderID string
 	Result             string
 	Status             order.Status
+	// RefundRequired: the answer cancelled an order lapse saw paid, and the
+	// attempt that paid it now owes the money back (REFUND_REQUIRED).
+	RefundRequired bool
 }

@@ -218,6 +218,9 @@ func printBenchCommands(w io.Writer, res bench.Result) {
 	if cr.EndedPaid > 0 {
 		fmt.Fprintf(w, "commands      %d not sent again: lapse recorded their order PAID first (answered paying, then paid)\n", cr.EndedPaid)
 	}
+	if cr.OwedBack > 0 {
+		fmt.Fprintf(w, "commands      %d answered cancelled for an order lapse saw paid (the payment landed while the command was out): left PAID, the payment owed back\n", cr.OwedBack)
+	}
 	if cr.Unanswered > 0 || cr.Mismatched > 0 {
 		fmt.Fprintf(w, "commands      %d orders without an answer (%d DEAD), %d orders not as answered\n", cr.Unanswered, cr.Dead, cr.Mismatched)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lapsehq/lapse/order"
@@ -46,6 +47,10 @@ type CommandExecutor interface {
 	// cancelled_at (reason timeout) or paid_at set to now. ok=false when
 	// the order was in neither status.
 	ResolveCommanded(ctx context.Context, id string, to order.Status, now time.Time) (order.Order, bool, error)
+	// OweBack ends the SUCCEEDED attempt paymentID of an order REFUND_REQUIRED
+	// (ok=false when it is not SUCCEEDED): the order service cancelled the
+	// order it paid (settleIn).
+	OweBack(ctx context.Context, orderID, paymentID string, now time.Time) (bool, error)
 	ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error)
 	RetryCommands(ctx context.Context, p store.RetryTasksParams, now time.Time) (int64, error)
 	PurgeCommands(ctx context.Context, p store.RetryTasksParams) (int64, error)
@@ -242,7 +247,7 @@ func (s *Store) SettleCommands(ctx context.Context, outcomes []store.CommandOutc
 		if err != nil {
 			return err
 		}
-		if err := settleIn(ctx, tx, ce, outcomes, now, &res); err != nil {
+		if err := s.settleIn(ctx, tx, ce, outcomes, now, &res); err != nil {
 			return err
 		}
 		if err := s.effects(ctx, tx, now, MoveCommit, order.EventPaid, res.Paid...); err != nil {
@@ -284,7 +289,7 @@ type Resolve struct {
 // settleIn records the outcomes (in the batch's lock order) and makes the
 // transitions their answers decide, adding the moved orders and the
 // conflicts to res.
-func settleIn(ctx context.Context, tx *Tx, ce CommandExecutor, outcomes []store.CommandOutcome, now time.Time, res *store.SettleCommandsResult) error {
+func (s *Store) settleIn(ctx context.Context, tx *Tx, ce CommandExecutor, outcomes []store.CommandOutcome, now time.Time, res *store.SettleCommandsResult) error {
 	steps := make([]SettleStep, len(outcomes))
 	for i, o := range outcomes {
 		steps[i] = SettleStep{Outcome: o, Status: commandStatus(o), NextAt: now.Add(max(o.RetryIn, 0))}
@@ -345,11 +350,68 @@ func settleIn(ctx context.Context, tx *Tx, ce CommandExecutor, outcomes []store.
 		}
 		o := of[i]
 		st, found := status[r.ID]
-		if !found || (st != r.To && !(r.To == order.Paying && st == order.Paid)) {
-			res.Conflicts = append(res.Conflicts, store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result, Status: st})
+		if found && (st == r.To || (r.To == order.Paying && st == order.Paid)) {
+			continue
 		}
+		cf := store.CommandConflict{CommandID: o.ID, OrderID: o.OrderID, Result: o.Result, Status: st}
+		if st == order.Paid && r.To == order.Cancelled {
+			// The owner cancelled an order lapse saw paid (the payment
+			// reached lapse while the command was out, after the owner
+			// last looked): lapse's record stays PAID — order.paid went
+			// out, and a transition is never taken back — but the money
+			// was taken for an order that is cancelled where it is
+			// owned. It is owed back, as a success after a cancel is.
+			if cf.RefundRequired, err = s.oweBack(ctx, tx, ce, o, now); err != nil {
+				return err
+			}
+		}
+		res.Conflicts = append(res.Conflicts, cf)
 	}
 	return nil
+}
+
+// oweBack makes the attempt that paid the order of o (an answer of
+// cancelled) money to give back: the attempt REFUND_REQUIRED, the order
+// flagged refund_required, order.refund_required, and with o.AutoRefund a
+// refund. owed=false when the order was not paid by an attempt lapse
+// recorded SUCCEEDED (nothing lapse can give back).
+func (s *Store) oweBack(ctx context.Context, tx *Tx, ce CommandExecutor, o store.CommandOutcome, now time.Time) (owed bool, err error) {
+	ord, err := tx.LockOrder(ctx, o.OrderID)
+	if err != nil {
+		return false, fmt.Errorf("lock %s: %w", o.OrderID, err)
+	}
+	if ord.Status != order.Paid || ord.PaymentID == "" {
+		return false, nil
+	}
+	ps, err := tx.Payments(ctx, ord.ID)
+	if err != nil {
+		return false, fmt.Errorf("read attempts of %s: %w", ord.ID, err)
+	}
+	i := slices.IndexFunc(ps, func(p order.Payment) bool { return p.PaymentID == ord.PaymentID })
+	if i < 0 {
+		return false, nil
+	}
+	if owed, err = ce.OweBack(ctx, ord.ID, ord.PaymentID, now); err != nil || !owed {
+		return false, err
+	}
+	p := store.PaymentParams{OrderID: ord.ID, PaymentID: ps[i].PaymentID, AmountCents: ps[i].AmountCents,
+		Currency: cmp.Or(ps[i].Currency, ord.Currency), AutoRefund: o.AutoRefund}
+	flagged, ok, err := tx.FlagRefund(ctx, ord.ID, p.PaymentID, now)
+	if err == nil && !ok {
+		err = fmt.Errorf("order changed while locked")
+	}
+	if err != nil {
+		return false, fmt.Errorf("flag %s: %w", ord.ID, err)
+	}
+	if err := s.refundEvent(ctx, tx, now, flagged, p); err != nil {
+		return false, err
+	}
+	if p.AutoRefund {
+		if err := autoRefund(ctx, tx, now, flagged, p); err != nil {
+			return false, err
+		}
+	}
+	return true, s.hook(ctx, tx, store.HookRefundRequired, false, flagged)
 }
 
 // commandStatus is the status an outcome leaves its command in: DEAD when

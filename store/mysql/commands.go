@@ -102,6 +102,12 @@ func (e executor) ResolveCommanded(ctx context.Context, id string, to order.Stat
 	return e.transition(ctx, id, q.Get("resolve_commanded"), st, now, st, st, now, st, id, st)
 }
 
+// OweBack implements core.CommandExecutor.
+func (e executor) OweBack(ctx context.Context, orderID, paymentID string, now time.Time) (bool, error) {
+	n, err := e.affected(ctx, q.Get("owe_back"), now, orderID, paymentID)
+	return n == 1, err
+}
+
 // ListCommands implements core.CommandExecutor.
 func (e executor) ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error) {
 	return sqlrows.Collect(ctx, e.db, q.Get("list_commands"), []any{p.OrderID, p.OrderID, p.Dead, p.After, p.Limit}, func(r *sql.Rows) (order.Command, error) {

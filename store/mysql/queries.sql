@@ -216,6 +216,12 @@ UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = ? AND payme
 UPDATE lapse_payments SET status = ?, updated_at = ?
 WHERE order_id = ? AND payment_id = ? AND status IN ('PENDING', 'SUPERSEDED');
 
+-- name: owe_back
+-- Params: now, order id, payment id: the attempt that paid an order its
+-- owner (the order service) answered cancelled owes the money back.
+UPDATE lapse_payments SET status = 'REFUND_REQUIRED', updated_at = ?
+WHERE order_id = ? AND payment_id = ? AND status = 'SUCCEEDED';
+
 -- name: extend_order
 -- Params: the new expires_at (twice), id, now. cancel_after moves with
 -- expires_at, keeping the order's grace. It is assigned first: MySQL

@@ -118,14 +118,19 @@ WHERE COALESCE(e.created, 0) <> 1
 
 -- name: paid_by_its_attempt
 -- A PAID order's paying attempt is SUCCEEDED with the order's amount and
--- currency ('' on an attempt recorded before currencies were: the order's).
+-- currency ('' on an attempt recorded before currencies were: the order's)
+-- — or owes the money back (REFUND_REQUIRED, REFUNDED since) when the order
+-- service answered cancelled for the order lapse saw paid.
 SELECT 'order ' || o.id || ' (PAID by ' || o.payment_id || '): attempt ' || COALESCE(p.status, 'missing') || ' of '
        || COALESCE(p.amount_cents, 0) || ' ' || COALESCE(p.currency, '') || ', order ' || o.amount_cents || ' '
        || o.currency AS detail
 FROM lapse_orders o LEFT JOIN lapse_payments p ON p.order_id = o.id AND p.payment_id = o.payment_id
 WHERE o.status = 'PAID' AND o.payment_id IS NOT NULL
-  AND (p.payment_id IS NULL OR p.status <> 'SUCCEEDED' OR p.amount_cents <> o.amount_cents
-       OR p.currency NOT IN ('', o.currency));
+  AND (p.payment_id IS NULL OR p.amount_cents <> o.amount_cents OR p.currency NOT IN ('', o.currency)
+       OR (p.status <> 'SUCCEEDED'
+           AND NOT (p.status IN ('REFUND_REQUIRED', 'REFUNDED')
+                    AND EXISTS (SELECT 1 FROM lapse_order_commands c
+                                WHERE c.order_id = o.id AND c.result IN ('cancelled', 'already_cancelled')))));
 
 -- name: no_open_attempt_on_final
 -- A PAID or CANCELLED order has no PENDING attempt: one superseded by the

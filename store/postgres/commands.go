@@ -96,6 +96,12 @@ func (e executor) ResolveCommanded(ctx context.Context, id string, to order.Stat
 	return e.one(ctx, id, "resolve_commanded", id, string(to), now)
 }
 
+// OweBack implements core.CommandExecutor.
+func (e executor) OweBack(ctx context.Context, orderID, paymentID string, now time.Time) (bool, error) {
+	tag, err := e.exec(ctx, "owe_back", orderID, paymentID, now)
+	return tag.RowsAffected() == 1, err
+}
+
 // ListCommands implements core.CommandExecutor.
 func (e executor) ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error) {
 	rows, err := e.db.Query(ctx, q.Get("list_commands"), p.Dead, p.OrderID, p.After, p.Limit)

@@ -427,6 +427,12 @@ UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = $1 AND paym
 UPDATE lapse_payments SET status = $3, updated_at = $4
 WHERE order_id = $1 AND payment_id = $2 AND status IN ('PENDING', 'SUPERSEDED');
 
+-- name: owe_back
+-- $1 order id, $2 payment id, $3 now: the attempt that paid an order its
+-- owner (the order service) answered cancelled owes the money back.
+UPDATE lapse_payments SET status = 'REFUND_REQUIRED', updated_at = $3
+WHERE order_id = $1 AND payment_id = $2 AND status = 'SUCCEEDED';
+
 -- name: extend_order
 -- $1 id, $2 the new expires_at, $3 now. cancel_after moves with expires_at,
 -- keeping the order's grace (the right side reads the row as it was). Only a

@@ -94,6 +94,12 @@ func (e executor) ResolveCommanded(ctx context.Context, id string, to order.Stat
 	return e.one(ctx, "resolve_commanded", id, string(to), ms(now))
 }
 
+// OweBack implements core.CommandExecutor.
+func (e executor) OweBack(ctx context.Context, orderID, paymentID string, now time.Time) (bool, error) {
+	n, err := e.exec(ctx, "owe_back", orderID, paymentID, ms(now))
+	return n == 1, err
+}
+
 // ListCommands implements core.CommandExecutor.
 func (e executor) ListCommands(ctx context.Context, p store.ListTasksParams) ([]order.Command, error) {
 	return sqlrows.Collect(ctx, e.db, q.Get("list_commands"), []any{p.Dead, p.OrderID, p.After, p.Limit}, func(r *sql.Rows) (order.Command, error) {

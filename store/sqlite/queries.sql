@@ -375,6 +375,12 @@ UPDATE lapse_payments SET conflicts = conflicts + 1 WHERE order_id = ?1 AND paym
 UPDATE lapse_payments SET status = ?3, updated_at = ?4
 WHERE order_id = ?1 AND payment_id = ?2 AND status IN ('PENDING', 'SUPERSEDED');
 
+-- name: owe_back
+-- ?1 order id, ?2 payment id, ?3 now: the attempt that paid an order its
+-- owner (the order service) answered cancelled owes the money back.
+UPDATE lapse_payments SET status = 'REFUND_REQUIRED', updated_at = ?3
+WHERE order_id = ?1 AND payment_id = ?2 AND status = 'SUCCEEDED';
+
 -- Stock tasks (store.Tasks; migration 005). The columns every task query
 -- returns: id, order_id, action, reservation_id, items, status, attempts,
 -- failures, next_at, since, created_at, done_at, dead_at, result, last_error.

@@ -355,28 +355,71 @@ func testCommandConflict(t *testing.T, newStore Factory) {
 	}
 	AuditOK(t, s)
 
-	// Paid at lapse while the command is out, answered cancelled: a
-	// conflict, the order left PAID.
-	CreateCommanded(t, s, "x3")
-	clk.Advance(timeout + grace)
-	commandDue(t, s, "x3")
-	c = claimCommands(t, s, 10, time.Minute)[0]
-	paying = answer(c, ordersvc.Paying)
-	paying.RetryIn = time.Second
-	settleCommands(t, s, paying)
-	clk.Advance(time.Second)
-	c = claimCommands(t, s, 10, time.Minute)[0]
-	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "x3", PaymentID: "x3-1", AmountCents: 1000}); err != nil {
-		t.Fatal(err)
+	// Paid at lapse while the command is out, answered cancelled (the
+	// owner cancelled before it saw the money): a conflict, lapse's record
+	// left PAID — but the money was taken for an order its owner cancelled:
+	// the attempt owes it back (REFUND_REQUIRED, refund_required,
+	// order.refund_required), and with AutoRefund a refund is written.
+	for _, tc := range []struct {
+		id     string
+		result ordersvc.Result
+		auto   bool
+	}{{"x3", ordersvc.Cancelled, false}, {"x4", ordersvc.AlreadyCancelled, true}} {
+		CreateCommanded(t, s, tc.id)
+		clk.Advance(timeout + grace)
+		commandDue(t, s, tc.id)
+		c = claimCommands(t, s, 10, time.Minute)[0]
+		paying = answer(c, ordersvc.Paying)
+		paying.RetryIn = time.Second
+		settleCommands(t, s, paying)
+		clk.Advance(time.Second)
+		c = claimCommands(t, s, 10, time.Minute)[0]
+		pid := tc.id + "-1"
+		if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: tc.id, PaymentID: pid, AmountCents: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		out := answer(c, tc.result)
+		out.AutoRefund = tc.auto
+		sr = settleCommands(t, s, out)
+		if len(sr.Conflicts) != 1 || sr.Conflicts[0].OrderID != tc.id || sr.Conflicts[0].Status != order.Paid || len(sr.Cancelled) != 0 {
+			t.Fatalf("%s: settle of a contradicting answer: %+v, want one conflict", tc.id, sr)
+		}
+		if !sr.Conflicts[0].RefundRequired {
+			t.Fatalf("%s: the conflict does not say the money is owed back: %+v", tc.id, sr.Conflicts[0])
+		}
+		got := get(t, s, tc.id)
+		if got.Status != order.Paid || !got.RefundRequired {
+			t.Fatalf("%s: after %s for an order lapse saw paid: %s, refund_required %v; want PAID and the money owed back", tc.id, tc.result, got.Status, got.RefundRequired)
+		}
+		if p := paymentOf(t, got, pid); p.Status != order.PaymentRefundRequired {
+			t.Fatalf("%s: the attempt that paid is %s, want REFUND_REQUIRED", tc.id, p.Status)
+		}
+		if n := count(eventsOf(t, s, tc.id), order.EventRefundRequired); n != 1 {
+			t.Fatalf("%s: %d %s events, want 1: %v", tc.id, n, order.EventRefundRequired, eventsOf(t, s, tc.id))
+		}
+		if rs := refundsOf(t, s, tc.id); (len(rs) == 1) != tc.auto || (tc.auto && rs[0].PaymentID != pid) {
+			t.Fatalf("%s: refunds %+v with AutoRefund %v", tc.id, rs, tc.auto)
+		}
+		// The same answer settled again (a claim whose lease ran out)
+		// changes nothing.
+		if sr := settleCommands(t, s, out); len(sr.Conflicts) != 0 {
+			t.Fatalf("%s: a stale settle of the same answer: %+v", tc.id, sr)
+		}
+		if n := count(eventsOf(t, s, tc.id), order.EventRefundRequired); n != 1 {
+			t.Fatalf("%s: after a second settle, %d %s events", tc.id, n, order.EventRefundRequired)
+		}
+		AuditOK(t, s)
 	}
-	sr = settleCommands(t, s, answer(c, ordersvc.Cancelled))
-	if len(sr.Conflicts) != 1 || sr.Conflicts[0].OrderID != "x3" || sr.Conflicts[0].Status != order.Paid || len(sr.Cancelled) != 0 {
-		t.Fatalf("settle of a contradicting answer: %+v, want one conflict", sr)
+}
+
+func count(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
 	}
-	if got := get(t, s, "x3"); got.Status != order.Paid {
-		t.Fatalf("a contradicting answer moved the order to %s", got.Status)
-	}
-	AuditOK(t, s)
+	return n
 }
 
 func testCommandAudit(t *testing.T, newStore Factory) {
