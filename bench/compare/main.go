@@ -83,7 +83,12 @@ func specs() []spec {
 			make: func() system { return &lapseSQL{instances: 2, maxSleep: 100 * time.Millisecond} },
 		},
 		{
-			Name: "lapse-amqp", Config: "defaults: base 100ms, 23 levels, classic queues, batch 200",
+			Name: "lapse-amqp", Config: "as lapse serve runs it: the payment window (the workload's lead) a fixed delay, its own TTL queue; base 100ms, 23 levels, classic queues, batch 200",
+			Insert: "Schedule, one call per timer (calls in flight share a batch of confirmed publishes)", Server: "rabbitmq",
+			make: func() system { return &lapseAMQP{fixed: true} },
+		},
+		{
+			Name: "lapse-amqp-ladder", Config: "no fixed delay: every timer rides the ladder; base 100ms, 23 levels, classic queues, batch 200",
 			Insert: "Schedule, one call per timer (calls in flight share a batch of confirmed publishes)", Server: "rabbitmq",
 			make: func() system { return &lapseAMQP{} },
 		},

@@ -21,7 +21,10 @@ import (
 // lapseAMQP is timer/amqp: the RabbitMQ dead-letter delay ladder, on a
 // prefix of the run's own whose exchanges and queues stop deletes.
 type lapseAMQP struct {
-	cfg    lamqp.Config // Prefix and Logger are set by start
+	cfg lamqp.Config // Prefix, Logger (and with fixed, PaymentWindow) are set by start
+	// fixed makes the workload's lead, every timer's delay, the payment
+	// window: one TTL queue, as lapse serve runs with its default timeout.
+	fixed  bool
 	e      *env
 	prefix string
 	s      *lamqp.Scheduler
@@ -36,6 +39,10 @@ func (l *lapseAMQP) start(ctx context.Context, e *env, rec *recorder) error {
 	l.prefix = "lapsecmp-" + e.run + e.tag("amqp")
 	cfg := l.cfg
 	cfg.Prefix, cfg.Logger = l.prefix, e.log
+	if l.fixed {
+		cfg.PaymentWindow = e.w.lead
+		l.cfg.PaymentWindow = e.w.lead // stop deletes its queue
+	}
 	s, err := lamqp.Open(ctx, e.amqpURL, cfg)
 	if err != nil {
 		return err

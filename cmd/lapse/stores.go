@@ -221,7 +221,13 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		// fails the start, as a Redis that does not would.
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		s, err := amqptimer.Open(ctx, spec, amqptimer.Config{Logger: cfg.Logger})
+		// Most timers are due the default payment window from when they
+		// are set: those take the fast path, one queue of that delay.
+		acfg := amqptimer.Config{Logger: cfg.Logger}
+		if cfg.DefaultTimeout > 0 {
+			acfg.PaymentWindow = cfg.DefaultTimeout + cfg.Grace
+		}
+		s, err := amqptimer.Open(ctx, spec, acfg)
 		if err != nil {
 			return opened, fmt.Errorf("--timers: %w", err)
 		}

@@ -33,7 +33,12 @@ func TestOpenTimersAMQP(t *testing.T) {
 	const levels = 2
 	t.Cleanup(func() { deleteAMQPTimers(t, broker, prefix, levels) })
 
-	var cfg lapse.Config
+	// The default payment window (15 m + 60 s) is a fixed delay: its
+	// queue, <prefix>.fixed.<TTL ms> (the window less the lead and base),
+	// is declared, and a timer of the window takes it.
+	cfg := lapse.Config{DefaultTimeout: 15 * time.Minute, Grace: time.Minute}
+	fixedQueue := fmt.Sprintf("%s.fixed.%d", prefix, (16*time.Minute - amqptimer.DefaultLead - 50*time.Millisecond).Milliseconds())
+	t.Cleanup(func() { deleteAMQPQueue(t, broker, fixedQueue) })
 	spec := fmt.Sprintf("%s?prefix=%s&levels=%d&base=50ms&batch=10&heartbeat=5", broker, prefix, levels)
 	opened, err := openTimers(&cfg, spec, "ignored")
 	if err != nil {
@@ -57,6 +62,12 @@ func TestOpenTimersAMQP(t *testing.T) {
 	}
 	if err := s.Schedule(ctx, "o-1", time.Now().Add(time.Hour)); err != nil {
 		t.Errorf("Schedule: %v", err)
+	}
+	if err := s.Schedule(ctx, "o-2", time.Now().Add(16*time.Minute)); err != nil {
+		t.Errorf("Schedule: %v", err)
+	}
+	if st := s.Stats(); st.Fixed != 1 {
+		t.Errorf("%d timers took the fast path, want the one due the payment window from now", st.Fixed)
 	}
 
 	u, err := url.Parse(broker)
@@ -108,5 +119,24 @@ func deleteAMQPTimers(t *testing.T, broker, prefix string, levels int) {
 	}
 	if err := ch.ExchangeDelete(prefix+".ready", false, false); err != nil {
 		t.Errorf("delete exchange %s.ready: %v", prefix, err)
+	}
+}
+
+// deleteAMQPQueue deletes queue q.
+func deleteAMQPQueue(t *testing.T, broker, q string) {
+	conn, err := amqp091.Dial(broker)
+	if err != nil {
+		t.Errorf("delete queue %s: %v", q, err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Errorf("delete queue %s: %v", q, err)
+		return
+	}
+	defer ch.Close()
+	if n, err := ch.QueueDelete(q, false, false, false); err != nil || n != 1 {
+		t.Errorf("delete queue %s: %d timers in it, %v; want the one", q, n, err)
 	}
 }

@@ -54,6 +54,29 @@
 // again for the remainder (counted in Stats.Republished), so it is never
 // delivered early.
 //
+// # Fixed delays: the fast path
+//
+// Most timers of a shop have one delay: its payment window (the default
+// timeout + grace), counted from when the order was written. For those the
+// ladder's hops are wasted work — the field's RabbitMQ design is one wait
+// queue per delay — so each delay of Config.Fixed (lapse serve adds its
+// default payment window, Config.PaymentWindow; a URL adds more with
+// fixed=15m,30m) has a queue of its own, <prefix>.fixed.<TTL in ms>, whose
+// x-message-ttl is the delay less Lead and Base and which dead-letters
+// straight into the ready exchange: one routing, one hop. A timer takes it
+// when its due time is that delay from now, give or take: from TTL to
+// TTL + Lead + Base ahead, so that it leaves the queue no later than its
+// due time and no earlier than Run holds a timer for (it is then held, and
+// handed over at its due time, as a timer from the ladder is). Every other
+// timer — another delay, a deadline moved, a reminder, a retry's backoff,
+// a timer scheduled late — rides the ladder. The queue is named by its TTL,
+// which is baked into it, so instances with other leads or bases keep
+// queues of their own; it is declared with the ladder (again after a
+// reconnection), and the data-loss check covers it: missing, it is declared
+// again; holding fewer timers than this instance published to it, it was
+// purged. Stats.Fixed counts the timers that took it
+// (lapse_amqp_timers_fixed_total).
+//
 // # Scheduling
 //
 // Schedule publishes one message to the exchange of the first level the
@@ -225,6 +248,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,6 +301,18 @@ type Config struct {
 	// LossCheck is how often Run looks for lost timers (see "Durability and
 	// data loss"). Defaults to 5 s; at least 10 ms.
 	LossCheck time.Duration
+	// Fixed are the delays of the fast path (see "Fixed delays"): a timer
+	// scheduled to be due one of them from now (the shop's payment window:
+	// lapse serve adds its default timeout + grace) waits in one queue of
+	// its own, one dead-letter hop from the ready queue, instead of riding
+	// the ladder. At most 16, each longer than Lead + Base + 1 ms and at most
+	// RabbitMQ's 2^32-1 ms; a URL's fixed= delays are added to these.
+	Fixed []time.Duration
+	// PaymentWindow is the delay of most timers, the service's default
+	// payment window (its default timeout + grace; lapse serve sets it): a
+	// fixed delay like those of Fixed when it is longer than Lead + Base,
+	// else nothing (a window that short rides the ladder).
+	PaymentWindow time.Duration
 	// Backoff is the delay before a refused batch is delivered again.
 	// Defaults to timer.Backoff.
 	Backoff func(attempt int) time.Duration
@@ -339,6 +375,10 @@ func (c *Config) setDefaults() {
 	if c.Backoff == nil {
 		c.Backoff = timer.Backoff
 	}
+	if w := c.PaymentWindow; w > 0 && fixedTTL(w, c.Lead, c.Base) >= time.Millisecond && fixedTTL(w, c.Lead, c.Base) <= maxTTL &&
+		!slices.Contains(c.Fixed, w) && len(c.Fixed) < maxFixed {
+		c.Fixed = append(slices.Clone(c.Fixed), w)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -373,7 +413,36 @@ func (c *Config) validate() error {
 	if c.LossCheck < 10*time.Millisecond {
 		return fmt.Errorf("amqp timers: Config.LossCheck %v: want at least 10ms", c.LossCheck)
 	}
+	if len(c.Fixed) > maxFixed {
+		return fmt.Errorf("amqp timers: Config.Fixed: %d delays, at most %d", len(c.Fixed), maxFixed)
+	}
+	for _, f := range c.Fixed {
+		if ttl := fixedTTL(f, c.Lead, c.Base); ttl < time.Millisecond || ttl > maxTTL {
+			return fmt.Errorf("amqp timers: Config.Fixed delay %v: want more than lead + base (%v) and at most %v",
+				f, max(c.Lead, 0)+c.Base, maxTTL+max(c.Lead, 0)+c.Base)
+		}
+	}
 	return nil
+}
+
+// maxFixed bounds Config.Fixed: each delay is a queue the loss check looks at.
+const maxFixed = 16
+
+// fixedTTL is the x-message-ttl of the queue of fixed delay f: a timer
+// leaves it lead + base before its due time at the latest, so that it
+// reaches the ready queue within Run's hold, never after its due time.
+func fixedTTL(f, lead, base time.Duration) time.Duration {
+	return (f - max(lead, 0) - base).Truncate(time.Millisecond)
+}
+
+// fixedTTLs are the distinct TTLs of c's fixed delays, shortest first.
+func (c *Config) fixedTTLs() []time.Duration {
+	var ttls []time.Duration
+	for _, f := range c.Fixed {
+		ttls = append(ttls, fixedTTL(f, c.Lead, c.Base))
+	}
+	slices.Sort(ttls)
+	return slices.Compact(ttls)
 }
 
 // validPrefix returns why p cannot start the scheduler's names, or "".
@@ -427,7 +496,7 @@ type Scheduler struct {
 	nextLane atomic.Uint64
 
 	stats struct {
-		scheduled, unscheduled, clamped, republished, retried, held, losses, seeds atomic.Uint64
+		scheduled, fixed, unscheduled, clamped, republished, retried, held, losses, seeds atomic.Uint64
 	}
 
 	run sync.Mutex // one Run at a time
@@ -458,7 +527,7 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Scheduler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := names{prefix: cfg.Prefix, levels: cfg.Levels}
+	n := names{prefix: cfg.Prefix, levels: cfg.Levels, fixed: cfg.fixedTTLs()}
 	conn, err := rabbit.Dial(ctx, broker, rabbit.Config{
 		Topology:       func(ch *amqp091.Channel) error { return declareTopology(ch, n, cfg.Base, cfg.QueueType) },
 		ConnectionName: "lapse timers",
@@ -474,7 +543,7 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Scheduler, error) {
 		names:    n,
 		maxUnits: 1<<uint(cfg.Levels) - 1,
 		log:      cfg.Logger.With("timers", "amqp", "prefix", cfg.Prefix),
-		ledger:   newLedger(cfg.Base, cfg.Levels),
+		ledger:   newLedger(cfg.Base, cfg.Levels, n.fixed),
 		wake:     make(chan struct{}, 1),
 	}
 	for range lanes {
@@ -534,6 +603,9 @@ type Stats struct {
 	// Scheduled counts the timers the broker confirmed (Schedule,
 	// ScheduleMany, and the copies Run sends; see Republished and Retried).
 	Scheduled uint64
+	// Fixed counts the confirmed timers that took the fast path: a queue
+	// of one of Config.Fixed's delays.
+	Fixed uint64
 	// Unscheduled counts Unschedule calls, none of which removed anything.
 	Unscheduled uint64
 	// Clamped counts timers due beyond MaxDelay, sent for MaxDelay.
@@ -556,6 +628,7 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	return Stats{
 		Scheduled:   s.stats.scheduled.Load(),
+		Fixed:       s.stats.fixed.Load(),
 		Unscheduled: s.stats.unscheduled.Load(),
 		Clamped:     s.stats.clamped.Load(),
 		Republished: s.stats.republished.Load(),
@@ -572,6 +645,7 @@ func (s *Scheduler) Counters() []timer.Counter {
 	st := s.Stats()
 	return []timer.Counter{
 		{Name: "lapse_amqp_timers_scheduled_total", Help: "Timer messages the broker confirmed (schedules, and the copies sent again).", Value: st.Scheduled},
+		{Name: "lapse_amqp_timers_fixed_total", Help: "Timer messages the broker confirmed in the queue of a fixed delay (the fast path: one hop, not the ladder).", Value: st.Fixed},
 		{Name: "lapse_amqp_timers_unscheduled_total", Help: "Unschedule calls; RabbitMQ cannot take a message out of a queue, so each timer still arrives and the store's guard skips it.", Value: st.Unscheduled},
 		{Name: "lapse_amqp_timers_clamped_total", Help: "Timers due beyond the ladder's longest delay, sent for that delay and again for the rest.", Value: st.Clamped},
 		{Name: "lapse_amqp_timers_republished_total", Help: "Timers that reached the ready queue more than a base before their due time and were sent again for the remainder.", Value: st.Republished},
@@ -731,10 +805,19 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 		now := time.Now()
 		msgs := make([]rabbit.Message, len(todo))
 		units := make([]uint64, len(todo))
+		fixed := make([]int, len(todo)) // the fixed queue's index, or -1: the ladder
 		for j, i := range todo {
 			at := ts[i].Due.Add(-max(s.cfg.Lead, 0)) // Run holds it for the rest
 			if delay != nil {
 				at = now.Add(delay(ts[i]))
+			}
+			fixed[j] = -1
+			if delay == nil {
+				fixed[j] = s.fixedFor(ts[i].Due.Sub(now))
+			}
+			if fixed[j] >= 0 {
+				msgs[j] = s.fixedMessage(now, ts[i], fixed[j])
+				continue
 			}
 			msgs[j], units[j] = s.message(now, ts[i], at)
 			if at.Sub(now) > s.MaxDelay() && try == 1 {
@@ -748,7 +831,12 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 			i := todo[j]
 			errs[i] = err
 			if err == nil {
-				s.ledger.add(units[j], now, confirmed)
+				if fixed[j] >= 0 {
+					s.ledger.addFixed(fixed[j], now, confirmed)
+					s.stats.fixed.Add(1)
+				} else {
+					s.ledger.add(units[j], now, confirmed)
+				}
 				s.stats.scheduled.Add(1)
 				continue
 			}
@@ -769,6 +857,28 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 		}
 		todo, wait = failed, 2*wait
 	}
+}
+
+// fixedFor is the index of the fixed queue a timer due in d from now
+// waits in (see "Fixed delays"), or -1 when it rides the ladder: the queue
+// whose TTL it outlasts by no more than Lead + Base, so that it leaves no
+// later than its due time and no earlier than Run holds it for.
+func (s *Scheduler) fixedFor(d time.Duration) int {
+	for i, ttl := range s.names.fixed {
+		if d >= ttl && d-ttl <= max(s.cfg.Lead, 0)+s.cfg.Base {
+			return i
+		}
+	}
+	return -1
+}
+
+// fixedMessage is the message of timer t, sent at now to the queue of
+// fixed TTL i through the default exchange (which routes by queue name:
+// one routing, then one dead-lettering into the ready exchange).
+func (s *Scheduler) fixedMessage(now time.Time, t timer.Timer, i int) rabbit.Message {
+	m, _ := s.message(now, t, now)
+	m.Exchange, m.RoutingKey = "", s.names.fixedQueue(s.names.fixed[i])
+	return m
 }
 
 // message is the message of timer t, sent at now to arrive at at (t.Due,

@@ -112,6 +112,11 @@ func TestConformance(t *testing.T) {
 // exercise runs the suite with queue type qt; every instance a test asks
 // for has a connection of its own and shares that test's prefix.
 func exercise(t *testing.T, qt string, largeN int) {
+	exerciseWith(t, amqptimer.Config{QueueType: qt, BatchSize: 200}, largeN)
+}
+
+// exerciseWith runs the suite with cfg (its Prefix set per test).
+func exerciseWith(t *testing.T, cfg amqptimer.Config, largeN int) {
 	var (
 		mu       sync.Mutex
 		prefixes = map[*testing.T]string{}
@@ -123,11 +128,13 @@ func exercise(t *testing.T, qt string, largeN int) {
 		mu.Lock()
 		prefix, ok := prefixes[t]
 		if !ok {
-			prefix = newPrefix(t, amqptimer.DefaultLevels)
+			prefix = fixedPrefix(t, cfg.Fixed...)
 			prefixes[t] = prefix
 		}
 		mu.Unlock()
-		return mustOpen(t, amqptimer.Config{Prefix: prefix, QueueType: qt, BatchSize: 200})
+		c := cfg
+		c.Prefix = prefix
+		return mustOpen(t, c)
 	})
 }
 

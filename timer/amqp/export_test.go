@@ -1,6 +1,10 @@
 package amqp
 
-import amqp091 "github.com/rabbitmq/amqp091-go"
+import (
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
 
 // Names returns the exchanges and queues of prefix with levels, for tests
 // that look at them: the level queues from 0 up, then the ready queue, the
@@ -16,4 +20,10 @@ func Names(prefix string, levels int) (levelQueues []string, ready, marker, lock
 // DeleteTopologyOn deletes every exchange and queue of prefix with levels.
 func DeleteTopologyOn(ch *amqp091.Channel, prefix string, levels int) error {
 	return deleteTopology(ch, names{prefix: prefix, levels: levels})
+}
+
+// FixedQueue is the name of the queue of fixed delay f on prefix, for a
+// scheduler with lead and base.
+func FixedQueue(prefix string, f, lead, base time.Duration) string {
+	return names{prefix: prefix}.fixedQueue(fixedTTL(f, lead, base))
 }

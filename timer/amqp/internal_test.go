@@ -61,7 +61,7 @@ func TestUnits(t *testing.T) {
 // course, in level 3 from its confirm until 799 ms after it was sent, in
 // level 2 until 1.198 s, in level 0 until 1.297 s.
 func TestLedger(t *testing.T) {
-	l := newLedger(100*time.Millisecond, 23)
+	l := newLedger(100*time.Millisecond, 23, nil)
 	sent := time.Now()
 	confirmed := sent.Add(5 * time.Millisecond)
 	l.add(13, sent, confirmed)

@@ -37,9 +37,12 @@ const maxWindows = 1 << 12
 type ledger struct {
 	base   time.Duration
 	levels int
+	// ttls are the queues' TTLs: the levels', then the fixed queues' (the
+	// fixed queue i is the ledger's queue levels + i).
+	ttls []time.Duration
 
 	mu      sync.Mutex
-	windows []map[int64]*window // per level, by the start of the window in units of its width
+	windows []map[int64]*window // per queue, by the start of the window in units of its width
 }
 
 // window is when n timers are certainly in a level's queue or above:
@@ -49,8 +52,12 @@ type window struct {
 	n           int
 }
 
-func newLedger(base time.Duration, levels int) *ledger {
+func newLedger(base time.Duration, levels int, fixed []time.Duration) *ledger {
 	l := &ledger{base: base, levels: levels}
+	for k := range levels {
+		l.ttls = append(l.ttls, ttl(base, k))
+	}
+	l.ttls = append(l.ttls, fixed...)
 	l.reset()
 	return l
 }
@@ -60,7 +67,7 @@ func newLedger(base time.Duration, levels int) *ledger {
 func (l *ledger) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = make([]map[int64]*window, l.levels)
+	l.windows = make([]map[int64]*window, len(l.ttls))
 	for k := range l.windows {
 		l.windows[k] = map[int64]*window{}
 	}
@@ -89,11 +96,24 @@ func (l *ledger) add(units uint64, sent, confirmed time.Time) {
 	}
 }
 
-// record counts one timer in level k's queue from from until until.
-// Windows that start within an eighth of the level's TTL of each other
-// share an entry, which holds them all: the latest start, the earliest end.
+// addFixed records a timer published from sent to the queue of fixed
+// delay i, confirmed at confirmed: it is there from confirmed until its TTL
+// runs out.
+func (l *ledger) addFixed(i int, sent, confirmed time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.levels + i
+	if until := sent.Add(l.ttls[k] - time.Millisecond); confirmed.Before(until) {
+		l.record(k, confirmed, until)
+	}
+}
+
+// record counts one timer in queue k (a level's, or levels + i: fixed
+// queue i) from from until until. Windows that start within an eighth of
+// the queue's TTL of each other share an entry, which holds them all: the
+// latest start, the earliest end.
 func (l *ledger) record(k int, from, until time.Time) {
-	width := max(ttl(l.base, k)/8, time.Millisecond)
+	width := max(l.ttls[k]/8, time.Millisecond)
 	slot := from.UnixNano() / int64(width)
 	ws := l.windows[k]
 	w, ok := ws[slot]
@@ -309,6 +329,22 @@ func (s *Scheduler) inspect(conn *amqp091.Connection) (inspection, error) {
 		want += s.ledger.expected(k, from, time.Now())
 		if held < want-want/100 && len(found.short) == 0 {
 			found.short = append(found.short, fmt.Sprintf("levels %d and above (%d timers, at least %d expected)", k, held, want))
+		}
+	}
+	// A fixed queue's timers only leave it for the ready queue: each must
+	// hold what the ledger puts in it, less 1%.
+	for i, t := range s.names.fixed {
+		q := s.names.fixedQueue(t)
+		var messages int
+		if err := look("queue "+q, func(ch *amqp091.Channel) error {
+			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			messages = info.Messages
+			return err
+		}); err != nil {
+			return found, err
+		}
+		if want := s.ledger.expected(s.cfg.Levels+i, from, time.Now()); messages < want-want/100 {
+			found.short = append(found.short, fmt.Sprintf("%s (%d timers, at least %d expected)", q, messages, want))
 		}
 	}
 	for _, q := range []string{s.names.ready(), s.names.lock(), s.names.marker()} {

@@ -21,6 +21,14 @@ const maxRoutingKey = 255
 type names struct {
 	prefix string
 	levels int
+	fixed  []time.Duration // the TTLs of the fixed delays' queues, shortest first
+}
+
+// fixedQueue is the name of the queue of fixed TTL ttl:
+// <prefix>.fixed.<ttl in ms>. Named by its TTL, which is baked into it:
+// instances with other leads or bases use queues of their own.
+func (n names) fixedQueue(ttl time.Duration) string {
+	return fmt.Sprintf("%s.fixed.%d", n.prefix, ttl.Milliseconds())
 }
 
 // level is the name of level k's exchange and of its wait queue (exchanges
@@ -182,6 +190,21 @@ func declareTopology(ch *amqp091.Channel, n names, base time.Duration, queueType
 			return fmt.Errorf("remove the binding of exchange %s from %s (an earlier version's): %w", n.below(k), n.level(k), err)
 		}
 	}
+	// The fast path: a queue per fixed delay, dead-lettering straight into
+	// the ready exchange (see "Fixed delays"). Published to through the
+	// default exchange, which routes by queue name.
+	for _, t := range n.fixed {
+		args := queueArgs(queueType)
+		args["x-message-ttl"] = t.Milliseconds()
+		args["x-dead-letter-exchange"] = n.ready()
+		if queueType == QueueQuorum {
+			args["x-dead-letter-strategy"] = "at-least-once"
+			args["x-overflow"] = "reject-publish"
+		}
+		if _, err := ch.QueueDeclare(n.fixedQueue(t), true, false, false, false, args); err != nil {
+			return topologyError("queue", n.fixedQueue(t), err)
+		}
+	}
 	markerArgs := queueArgs(queueType)
 	markerArgs["x-max-length"] = 1 // a new marker replaces the old one
 	markerArgs["x-overflow"] = "drop-head"
@@ -240,7 +263,7 @@ func DeleteTopology(ctx context.Context, rawURL string, cfg Config) error {
 		return fmt.Errorf("amqp timers: delete the topology of %s: open a channel: %w", cfg.Prefix, err)
 	}
 	defer ch.Close()
-	if err := deleteTopology(ch, names{prefix: cfg.Prefix, levels: cfg.Levels}); err != nil {
+	if err := deleteTopology(ch, names{prefix: cfg.Prefix, levels: cfg.Levels, fixed: cfg.fixedTTLs()}); err != nil {
 		return fmt.Errorf("amqp timers: delete the topology of %s: %w", cfg.Prefix, err)
 	}
 	return nil
@@ -259,6 +282,10 @@ func deleteTopology(ch *amqp091.Channel, n names) error {
 		_, err := ch.QueueDelete(n.level(k), false, false, false)
 		note(err)
 		note(ch.ExchangeDelete(n.level(k), false, false))
+	}
+	for _, t := range n.fixed {
+		_, err := ch.QueueDelete(n.fixedQueue(t), false, false, false)
+		note(err)
 	}
 	for _, q := range []string{n.ready(), n.marker(), n.lock(), n.owner(), n.ownerLock()} {
 		_, err := ch.QueueDelete(q, false, false, false)

@@ -15,17 +15,18 @@ import (
 // urlParams are the query parameters of a --timers URL that configure the
 // scheduler; the connection's own (heartbeat, TLS files, …) are
 // rabbit.URLParams.
-var urlParams = []string{"prefix", "base", "levels", "queue_type", "batch", "lead", "prefetch"}
+var urlParams = []string{"prefix", "base", "levels", "queue_type", "batch", "lead", "prefetch", "fixed"}
 
 // ParseURL reads a --timers URL:
 //
-//	amqp[s]://user:password@host:5672/vhost?prefix=lapse.timers&base=100ms&levels=23&queue_type=classic&batch=200&lead=400ms&prefetch=2000
+//	amqp[s]://user:password@host:5672/vhost?prefix=lapse.timers&base=100ms&levels=23&queue_type=classic&batch=200&lead=400ms&prefetch=2000&fixed=15m,30m
 //
 // It returns the broker's URL without the scheduler's parameters, and a
 // Config holding what they set: prefix (Config.Prefix), base (Config.Base,
 // a Go duration), levels (Config.Levels), queue_type (classic or quorum),
 // batch (Config.BatchSize), lead (Config.Lead, a Go duration; 0 for none)
-// and prefetch (Config.Prefetch). The connection's parameters (heartbeat,
+// prefetch (Config.Prefetch) and fixed (delays added to Config.Fixed, Go
+// durations separated by commas). The connection's parameters (heartbeat,
 // connection_timeout, channel_max, auth_mechanism, and for amqps cacertfile,
 // certfile, keyfile, server_name_indication) stay in the broker's URL; any
 // other parameter is refused, so that a misspelt one is not silently
@@ -97,6 +98,14 @@ func ParseURL(rawURL string) (broker string, cfg Config, err error) {
 				return "", cfg, fmt.Errorf("amqp timers: URL prefetch %q: want a number from the batch size to %d", v, maxPrefetch)
 			}
 			cfg.Prefetch = n
+		case "fixed":
+			for _, f := range strings.Split(v, ",") {
+				d, err := time.ParseDuration(f)
+				if err != nil || d <= 0 {
+					return "", cfg, fmt.Errorf("amqp timers: URL fixed %q: want delays such as 15m,30m", v)
+				}
+				cfg.Fixed = append(cfg.Fixed, d)
+			}
 		case "batch":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -109,8 +118,10 @@ func ParseURL(rawURL string) (broker string, cfg Config, err error) {
 	return u.String(), cfg, nil
 }
 
-// over returns base with the fields u sets (those of a URL) replaced.
+// over returns base with the fields u sets (those of a URL) replaced, and
+// u's fixed delays added to base's.
 func (u Config) over(base Config) Config {
+	base.Fixed = append(slices.Clone(base.Fixed), u.Fixed...)
 	if u.Prefix != "" {
 		base.Prefix = u.Prefix
 	}
