@@ -313,6 +313,13 @@ type Config struct {
 	// fixed delay like those of Fixed when it is longer than Lead + Base,
 	// else nothing (a window that short rides the ladder).
 	PaymentWindow time.Duration
+	// FixedSpan is how late a timer of a fixed delay may be set and still
+	// take the fast path: each fixed delay has a comb of queues, Lead + Base
+	// apart in TTL, covering timers due from the delay less FixedSpan to
+	// the delay from now (a burst of orders whose timers the broker
+	// confirmed late, a seed). Defaults to 10 s (21 queues per delay with
+	// the default lead and base, at most 41); negative: one queue.
+	FixedSpan time.Duration
 	// Backoff is the delay before a refused batch is delivered again.
 	// Defaults to timer.Backoff.
 	Backoff func(attempt int) time.Duration
@@ -332,6 +339,7 @@ const (
 	maxLead          = time.Minute
 	maxPrefetch      = 65535
 	DefaultLossCheck = 5 * time.Second
+	DefaultFixedSpan = 10 * time.Second
 
 	maxBatchSize = 10_000
 	maxPrefixLen = 200
@@ -374,6 +382,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Backoff == nil {
 		c.Backoff = timer.Backoff
+	}
+	if c.FixedSpan == 0 {
+		c.FixedSpan = DefaultFixedSpan
 	}
 	if w := c.PaymentWindow; w > 0 && fixedTTL(w, c.Lead, c.Base) >= time.Millisecond && fixedTTL(w, c.Lead, c.Base) <= maxTTL &&
 		!slices.Contains(c.Fixed, w) && len(c.Fixed) < maxFixed {
@@ -435,11 +446,23 @@ func fixedTTL(f, lead, base time.Duration) time.Duration {
 	return (f - max(lead, 0) - base).Truncate(time.Millisecond)
 }
 
-// fixedTTLs are the distinct TTLs of c's fixed delays, shortest first.
+// maxComb bounds the queues of one fixed delay (see Config.FixedSpan).
+const maxComb = 41
+
+// fixedTTLs are the distinct TTLs of the queues of c's fixed delays,
+// shortest first: for each delay, its comb — the TTL that takes a timer set
+// on time, then one a step (Lead + Base) shorter for each step of
+// FixedSpan, while the TTL is at least a millisecond.
 func (c *Config) fixedTTLs() []time.Duration {
+	step := max(c.Lead, 0) + c.Base
 	var ttls []time.Duration
 	for _, f := range c.Fixed {
-		ttls = append(ttls, fixedTTL(f, c.Lead, c.Base))
+		top := fixedTTL(f, c.Lead, c.Base)
+		for j := 0; j < maxComb && time.Duration(j)*step <= max(c.FixedSpan, 0); j++ {
+			if t := top - time.Duration(j)*step; t >= time.Millisecond {
+				ttls = append(ttls, t)
+			}
+		}
 	}
 	slices.Sort(ttls)
 	return slices.Compact(ttls)
@@ -860,7 +883,7 @@ func (s *Scheduler) publish(ctx context.Context, ts []timer.Timer, delay func(ti
 }
 
 // fixedFor is the index of the fixed queue a timer due in d from now
-// waits in (see "Fixed delays"), or -1 when it rides the ladder: the queue
+// waits in (see "Fixed delays"), or -1 when it rides the ladder: a queue
 // whose TTL it outlasts by no more than Lead + Base, so that it leaves no
 // later than its due time and no earlier than Run holds it for.
 func (s *Scheduler) fixedFor(d time.Duration) int {

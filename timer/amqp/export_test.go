@@ -22,8 +22,20 @@ func DeleteTopologyOn(ch *amqp091.Channel, prefix string, levels int) error {
 	return deleteTopology(ch, names{prefix: prefix, levels: levels})
 }
 
-// FixedQueue is the name of the queue of fixed delay f on prefix, for a
-// scheduler with lead and base.
+// FixedQueue is the name of the queue of fixed delay f on prefix that takes
+// a timer set on time, for a scheduler with lead and base.
 func FixedQueue(prefix string, f, lead, base time.Duration) string {
 	return names{prefix: prefix}.fixedQueue(fixedTTL(f, lead, base))
+}
+
+// FixedQueues are the names of every queue of cfg's fixed delays (the
+// combs) on cfg.Prefix, with cfg's defaults applied.
+func FixedQueues(cfg Config) []string {
+	cfg.setDefaults()
+	n := names{prefix: cfg.Prefix}
+	var qs []string
+	for _, t := range cfg.fixedTTLs() {
+		qs = append(qs, n.fixedQueue(t))
+	}
+	return qs
 }

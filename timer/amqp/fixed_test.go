@@ -11,7 +11,8 @@ import (
 )
 
 // fixedPrefix is newPrefix for a scheduler with fixed delays: the queues
-// of fixed (with the default lead and base) are deleted too when t ends.
+// of fixed (with the default lead, base and span) are deleted too when t
+// ends.
 func fixedPrefix(t *testing.T, fixed ...time.Duration) string {
 	t.Helper()
 	prefix := newPrefix(t, amqptimer.DefaultLevels)
@@ -23,9 +24,9 @@ func fixedPrefix(t *testing.T, fixed ...time.Duration) string {
 			return
 		}
 		defer ch.Close()
-		for _, f := range fixed {
-			if _, err := ch.QueueDelete(amqptimer.FixedQueue(prefix, f, amqptimer.DefaultLead, amqptimer.DefaultBase), false, false, false); err != nil {
-				t.Errorf("delete the fixed queue of %v: %v", f, err)
+		for _, q := range amqptimer.FixedQueues(amqptimer.Config{Prefix: prefix, Fixed: fixed}) {
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Errorf("delete the fixed queue %s: %v", q, err)
 			}
 		}
 	})
@@ -33,8 +34,8 @@ func fixedPrefix(t *testing.T, fixed ...time.Duration) string {
 }
 
 // Timers due one of the fixed delays from now wait in that delay's queue
-// (one hop: counted in Stats.Fixed and found there), and the others ride
-// the ladder; every one is delivered once, none before its due time, none
+// (one hop: counted in Stats.Fixed and found there), those set late in a
+// shorter queue of its comb, and the others ride the ladder; every one is delivered once, none before its due time, none
 // late by more than the broker's lag.
 func TestFixedDelayTakesOneQueue(t *testing.T) {
 	t.Parallel()
@@ -46,7 +47,7 @@ func TestFixedDelayTakesOneQueue(t *testing.T) {
 	ctx := context.Background()
 	var fixedKeys, ladderKeys []string
 	start := time.Now()
-	for i := range 200 {
+	for i := range 150 {
 		key := fmt.Sprintf("fixed-%03d", i)
 		// As lapse schedules an order's timer: right after the order was
 		// written with a deadline of the payment window from then.
@@ -56,8 +57,18 @@ func TestFixedDelayTakesOneQueue(t *testing.T) {
 		fixedKeys = append(fixedKeys, key)
 	}
 	for i := range 50 {
+		// Set 800 ms late (a slow broker, a seed): a shorter queue of the
+		// delay's comb takes it.
+		key := fmt.Sprintf("late-%03d", i)
+		if err := s.Schedule(ctx, key, time.Now().Add(fixed-800*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		fixedKeys = append(fixedKeys, key)
+	}
+	for i := range 50 {
+		// Longer than the fixed delay: the ladder.
 		key := fmt.Sprintf("ladder-%03d", i)
-		if err := s.Schedule(ctx, key, time.Now().Add(1300*time.Millisecond)); err != nil {
+		if err := s.Schedule(ctx, key, time.Now().Add(2600*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		ladderKeys = append(ladderKeys, key)
@@ -65,11 +76,12 @@ func TestFixedDelayTakesOneQueue(t *testing.T) {
 	if st := s.Stats(); st.Fixed != 200 || st.Scheduled != 250 {
 		t.Fatalf("stats %+v: want 200 of 250 timers on the fast path", st)
 	}
-	// They wait there for the queue's TTL (1.5 s) from their publish:
-	// looked at while the first of them must still be there.
+	// The on-time ones wait in the delay's longest queue for its TTL
+	// (1.5 s) from their publish: looked at while the first of them must
+	// still be there.
 	n := depth(t, admin(t), amqptimer.FixedQueue(prefix, fixed, amqptimer.DefaultLead, amqptimer.DefaultBase))
-	if took := time.Since(start); took < fixed-amqptimer.DefaultLead-amqptimer.DefaultBase && n != 200 {
-		t.Fatalf("the fixed queue holds %d timers %v after the first was scheduled, want 200", n, took)
+	if took := time.Since(start); took < fixed-amqptimer.DefaultLead-amqptimer.DefaultBase && n != 150 {
+		t.Fatalf("the fixed queue holds %d timers %v after the first was scheduled, want 150", n, took)
 	}
 	rec.waitDelivered(t, fixed+10*time.Second, append(fixedKeys, ladderKeys...)...)
 	var worst time.Duration
