@@ -28,7 +28,7 @@ func TestParseSentinelURL(t *testing.T) {
 		{url: "redis-sentinel://:secret@s1:26379?master=m",
 			want: goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:26379"}, Password: "secret"}},
 		{url: "redis-sentinel://lapse:s%40cret@s1:26379,s2:26379,s3:26379/0?master=m&sentinel_password=sentsecret&dial_timeout=2s",
-			want: goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:26379", "s2:26379", "s3:26379"}, Username: "lapse", Password: "s@cret", SentinelPassword: "sentsecret"},
+			want:      goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:26379", "s2:26379", "s3:26379"}, Username: "lapse", Password: "s@cret", SentinelPassword: "sentsecret"},
 			dialTimed: true},
 		{url: "redis-sentinel://s1:26379/?master=m&sentinel_username=watcher&sentinel_password=sentsecret",
 			want: goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:26379"}, SentinelUsername: "watcher", SentinelPassword: "sentsecret"}},
