@@ -58,8 +58,11 @@ func StartSentinel(t testing.TB) *Sentinel {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	s.Master = s.start(t, bin, "master", nil)
-	s.Replica = s.start(t, bin, "replica", []string{"--replicaof", "127.0.0.1", port(s.Master)})
+	// The replica replicates as a user of its own, so that CutReplication
+	// can shut it out.
+	s.Master = s.start(t, bin, "master", []string{"--user", replUser, "on", ">" + replPassword, "+psync", "+replconf", "+ping"})
+	s.Replica = s.start(t, bin, "replica", []string{"--replicaof", "127.0.0.1", port(s.Master),
+		"--masteruser", replUser, "--masterauth", replPassword})
 	for i := range 3 {
 		name := fmt.Sprintf("sentinel%d", i+1)
 		sp := freePort(t)
@@ -100,6 +103,34 @@ func StartSentinel(t testing.TB) *Sentinel {
 		_ = sc.Close()
 	}
 	return s
+}
+
+// The user the replica replicates as.
+const replUser, replPassword = "replication", "replication-pw"
+
+// CutReplication stops the replica from receiving the master's writes, as
+// a replica that falls behind would: the master refuses the replica's user
+// and drops its connection, and keeps taking writes that reach it alone.
+// It returns once the replica sees its link down. A failover after it loses
+// every write made in between.
+func (s *Sentinel) CutReplication(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	master := goredis.NewClient(&goredis.Options{Addr: s.Master})
+	defer master.Close()
+	if err := master.Do(ctx, "ACL", "SETUSER", replUser, "off").Err(); err != nil {
+		t.Fatalf("shut the replica's user out: %v", err)
+	}
+	if err := master.Do(ctx, "CLIENT", "KILL", "USER", replUser).Err(); err != nil {
+		t.Fatalf("drop the replica's connection: %v", err)
+	}
+	replica := goredis.NewClient(&goredis.Options{Addr: s.Replica})
+	defer replica.Close()
+	s.waitFor(t, ctx, "the replica's link to the master down", func(ctx context.Context) bool {
+		info, err := replica.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:down")
+	})
 }
 
 // KillMaster SIGKILLs the master the setup started with: the sentinels
