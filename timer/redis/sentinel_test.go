@@ -83,7 +83,7 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		s.SetSeed(st.seed(s))
 		stop := run(t, s, st.cancel)
-		waitFor(t, "the first seed", 5*time.Second, func() bool { return st.seeds.Load() == 1 })
+		waitFor(t, "the first seed", 5*time.Second, func() bool { return logs.count("seeded from the store") == 1 })
 		stop()
 		ctx := context.Background()
 		markers := make([]string, 4)
@@ -102,7 +102,7 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 		st.add("missed-by-the-replica", time.Now())
 		run(t, s, st.cancel)
 		waitFor(t, "the seed again, and the missed timer delivered", 5*time.Second, func() bool {
-			return st.seeds.Load() == 2 && st.left() == 0
+			return logs.count("seeded from the store") == 2 && st.left() == 0
 		})
 		if n := logs.count("seeded on another Redis process"); n != 1 {
 			t.Errorf("the other process logged %d times, want once:\n%s", n, logs.b.String())
