@@ -73,7 +73,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 			"dir " + s.dir,
 			"sentinel monitor " + MasterName + " 127.0.0.1 " + port(s.Master) + " 2",
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", MasterName, DownAfter.Milliseconds()),
-			"sentinel failover-timeout " + MasterName + " 10000",
+			"sentinel failover-timeout " + MasterName + " 3000", // a split vote is retried after twice this
 			"sentinel parallel-syncs " + MasterName + " 1",
 		}, "\n") + "\n"
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {

@@ -238,6 +238,8 @@ type Scheduler struct {
 
 	seedMu sync.Mutex
 	seed   func(ctx context.Context) error
+	// noRunID logs, once, that Redis tells no run id (seed.go).
+	noRunID sync.Once
 
 	commit committer // Schedule calls in flight, written together
 

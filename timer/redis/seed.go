@@ -205,7 +205,7 @@ func (s *Scheduler) runIDs(ctx context.Context) ([]string, error) {
 	ids := make([]string, len(s.keys.shards))
 	c, ok := s.rdb.(*goredis.ClusterClient)
 	if !ok {
-		id, err := runID(ctx, s.rdb)
+		id, err := s.runID(ctx, s.rdb)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +223,7 @@ func (s *Scheduler) runIDs(ctx context.Context) ([]string, error) {
 		addr := node.Options().Addr
 		id, ok := byNode[addr]
 		if !ok {
-			if id, err = runID(ctx, node); err != nil {
+			if id, err = s.runID(ctx, node); err != nil {
 				return nil, err
 			}
 			byNode[addr] = id
@@ -234,18 +234,45 @@ func (s *Scheduler) runIDs(ctx context.Context) ([]string, error) {
 }
 
 // runID is the run id of the Redis process c talks to: a random id each
-// process draws at its start.
-func runID(ctx context.Context, c goredis.Cmdable) (string, error) {
+// process draws at its start. A Redis that refuses INFO, or answers it
+// without a run id (some proxies and managed services), has none: "", and
+// the markers then say "ok:" whatever process answers, so that a loss that
+// keeps them is left to the fallback sweep, as before run ids were read.
+func (s *Scheduler) runID(ctx context.Context, c goredis.Cmdable) (string, error) {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
+		if refusesInfo(err) {
+			s.noRunID.Do(func() {
+				s.log.Warn("redis timers: Redis refuses INFO server, so lapse cannot tell a failover or a restart "+
+					"that lost the last writes; the fallback sweep covers those", "err", err)
+			})
+			return "", nil
+		}
 		return "", fmt.Errorf("read the Redis run id (INFO server): %w", err)
 	}
 	for line := range strings.Lines(info) {
-		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && id != "" {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
 			return id, nil
 		}
 	}
-	return "", errors.New("read the Redis run id: INFO server has no run_id")
+	s.noRunID.Do(func() {
+		s.log.Warn("redis timers: INFO server has no run_id, so lapse cannot tell a failover or a restart " +
+			"that lost the last writes; the fallback sweep covers those")
+	})
+	return "", nil
+}
+
+// refusesInfo reports whether err is Redis (or a proxy) refusing INFO for
+// good: an unknown, renamed or unsupported command, or an ACL without it.
+// Anything else (a connection lost, BUSY, LOADING) is an error of the check,
+// retried, not a Redis without run ids: taking it for one would set the
+// markers to "ok:" and reseed twice for nothing.
+func refusesInfo(err error) bool {
+	if _, ok := errors.AsType[goredis.Error](err); !ok {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return goredis.HasErrorPrefix(err, "NOPERM") || strings.Contains(msg, "unknown command") || strings.Contains(msg, "unsupported")
 }
 
 // setMarkers sets every shard's seed marker to the token of the seed about

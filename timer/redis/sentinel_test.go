@@ -86,13 +86,14 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 		waitFor(t, "the first seed", 5*time.Second, func() bool { return logs.count("seeded from the store") == 1 })
 		stop()
 		ctx := context.Background()
-		markers := make([]string, 4)
+		markers, values := make([]string, 4), make([]string, 4)
 		for i := range markers {
 			markers[i] = fmt.Sprintf("%s:{s%02d}:seeded", prefix, i)
 			v, err := rdb.Get(ctx, markers[i]).Result()
 			if err != nil || len(v) != len("ok:")+40 || v[:3] != "ok:" {
 				t.Fatalf("marker %s = %q (%v), want ok:<the 40-character run id>", markers[i], v, err)
 			}
+			values[i] = v
 		}
 		// The marker of shard 2 now names a process that is gone; a timer
 		// of the store is missing from Redis, as one the replica missed.
@@ -107,9 +108,8 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 		if n := logs.count("seeded on another Redis process"); n != 1 {
 			t.Errorf("the other process logged %d times, want once:\n%s", n, logs.b.String())
 		}
-		v, err := rdb.Get(ctx, markers[2]).Result()
-		if want, _ := rdb.Get(ctx, markers[0]).Result(); err != nil || v != want {
-			t.Errorf("marker of shard 2 = %q (%v) after the seed, want %q as the others", v, err, want)
+		if v, err := rdb.Get(ctx, markers[2]).Result(); err != nil || v != values[2] {
+			t.Errorf("marker of shard 2 = %q (%v) after the seed, want %q: the run id of its Redis", v, err, values[2])
 		}
 	})
 }
@@ -285,4 +285,48 @@ func TestSentinelFailoverLosesNoOrder(t *testing.T) {
 		t.Errorf("the failover was not noticed (no reseed for the new master):\n%s", logs.b.String())
 	}
 	storetest.AuditOK(t, st)
+}
+
+// A Redis that refuses INFO (an ACL without it, a proxy, a managed service
+// that renames it) has no run id to read: the markers say "ok:", a seed is
+// not repeated for it, the loss check still notices missing markers, and
+// the refusal is logged once.
+func TestRedisThatRefusesInfoIsSeededOnce(t *testing.T) {
+	t.Parallel()
+	admin := connect(t, "LAPSE_TEST_REDIS", "redis://127.0.0.1:6379/0").(*goredis.Client)
+	ctx := context.Background()
+	user := "lapsetest-noinfo-" + newPrefix(t, admin)[len("lapsetest-"):]
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	o := *admin.Options()
+	o.Username, o.Password = user, "pw"
+	rdb := goredis.NewClient(&o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Info(ctx, "server").Err(); err == nil {
+		t.Fatal("INFO allowed: the ACL did not take")
+	}
+
+	prefix := newPrefix(t, admin)
+	logs := &logBuffer{}
+	st := &fakeStore{pending: map[string]time.Time{}}
+	s := mustNew(t, rdb, redis.Config{Prefix: prefix, Shards: 2, LossCheck: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	s.SetSeed(st.seed(s))
+	run(t, s, st.cancel)
+	waitFor(t, "the first seed", 5*time.Second, func() bool { return logs.count("seeded from the store") == 1 })
+	checks := time.Now().Add(20 * 20 * time.Millisecond) // twenty loss checks
+	waitFor(t, "twenty loss checks", time.Second, func() bool { return time.Now().After(checks) })
+	if n := logs.count("seeded from the store"); n != 1 {
+		t.Errorf("seeded %d times, want once: a Redis without run id must not look like another process each check", n)
+	}
+	if v, err := admin.Get(ctx, prefix+":{s00}:seeded").Result(); err != nil || v != "ok:" {
+		t.Errorf("marker %q (%v), want \"ok:\"", v, err)
+	}
+	if n := logs.count("refuses INFO server"); n != 1 {
+		t.Errorf("the refusal logged %d times, want once:\n%s", n, logs.b.String())
+	}
+	purge(t, admin, prefix)
+	waitFor(t, "the loss noticed and seeded again", 5*time.Second, func() bool { return logs.count("seeded from the store") == 2 })
 }
