@@ -135,19 +135,19 @@ func (s *Scheduler) runSeed(ctx context.Context, seed func(context.Context) erro
 	return seed(ctx)
 }
 
-// shardState is a shard whose seed marker does not vouch for it: missing
-// (or holding a seed's token), or saying "ok" for another Redis process.
-type shardState struct {
+// unseededShard is a shard whose seed marker does not vouch for it: missing
+// (or holding a seed's token), or saying "ok:" for another Redis process.
+type unseededShard struct {
 	shard int
 	moved bool // the marker says "ok" for another Redis process
 }
 
-type shardStates []shardState
+type unseededShards []unseededShard
 
-func (u shardStates) missing() []int { return u.pick(false) }
-func (u shardStates) moved() []int   { return u.pick(true) }
+func (u unseededShards) missing() []int { return u.pick(false) }
+func (u unseededShards) moved() []int   { return u.pick(true) }
 
-func (u shardStates) pick(moved bool) []int {
+func (u unseededShards) pick(moved bool) []int {
 	var out []int
 	for _, st := range u {
 		if st.moved == moved {
@@ -168,7 +168,7 @@ func (u shardStates) pick(moved bool) []int {
 // shard (a failover, or a restart that reloaded a snapshot older than the
 // last writes) is so taken for a loss of unknown extent, and the shard is
 // seeded again.
-func (s *Scheduler) unseeded(ctx context.Context) (shardStates, []string, error) {
+func (s *Scheduler) unseeded(ctx context.Context) (unseededShards, []string, error) {
 	ids, err := s.runIDs(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -183,7 +183,7 @@ func (s *Scheduler) unseeded(ctx context.Context) (shardStates, []string, error)
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, nil, fmt.Errorf("read the seed markers: %w", err)
 	}
-	var unseeded shardStates
+	var unseeded unseededShards
 	want := make([]string, len(cmds))
 	for i, c := range cmds {
 		v, err := c.Result()
@@ -192,7 +192,9 @@ func (s *Scheduler) unseeded(ctx context.Context) (shardStates, []string, error)
 		}
 		want[i] = markerOK + ids[i]
 		if v != want[i] {
-			unseeded = append(unseeded, shardState{shard: i, moved: strings.HasPrefix(v, markerOK)})
+			// "ok" alone is the marker of a lapse before run ids: the
+			// process it was seeded on is unknown.
+			unseeded = append(unseeded, unseededShard{shard: i, moved: strings.HasPrefix(v, markerOK) || v == "ok"})
 		}
 	}
 	return unseeded, want, nil
