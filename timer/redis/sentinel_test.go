@@ -97,7 +97,11 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 		}
 		// The marker of shard 2 now names a process that is gone; a timer
 		// of the store is missing from Redis, as one the replica missed.
+		// That of shard 1 is a lapse's before run ids: "ok" alone.
 		if err := rdb.Set(ctx, markers[2], "ok:"+fmt.Sprintf("%040d", 7), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, markers[1], "ok", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		st.add("missed-by-the-replica", time.Now())
@@ -108,8 +112,13 @@ func TestSeedMarkersOfAnotherRedisProcessAreReseeded(t *testing.T) {
 		if n := logs.count("seeded on another Redis process"); n != 1 {
 			t.Errorf("the other process logged %d times, want once:\n%s", n, logs.b.String())
 		}
-		if v, err := rdb.Get(ctx, markers[2]).Result(); err != nil || v != values[2] {
-			t.Errorf("marker of shard 2 = %q (%v) after the seed, want %q: the run id of its Redis", v, err, values[2])
+		for _, i := range []int{1, 2} {
+			if v, err := rdb.Get(ctx, markers[i]).Result(); err != nil || v != values[i] {
+				t.Errorf("marker of shard %d = %q (%v) after the seed, want %q: the run id of its Redis", i, v, err, values[i])
+			}
+		}
+		if n := logs.count("seed markers missing"); n != 1 {
+			t.Errorf("markers reported missing %d times, want once (the first start): an \"ok\" marker is not missing", n)
 		}
 	})
 }
