@@ -216,10 +216,14 @@ func TestSentinelFailoverLosesNoOrder(t *testing.T) {
 	}
 
 	time.Sleep(time.Until(start.Add(cut)))
-	before := created.Load()
 	setup.CutReplication(t)
 	cutAt := time.Now()
-	time.Sleep(time.Until(start.Add(kill)))
+	before := created.Load()
+	// Kill at the planned time, once a few orders have their timers on
+	// the master alone (a slow machine may create none in a moment).
+	waitFor(t, "orders created after the replication cut", 10*time.Second, func() bool {
+		return created.Load()-before >= 5 && !time.Now().Before(start.Add(kill))
+	})
 	setup.KillMaster(t)
 	killedAt := time.Now()
 	lostWindow := created.Load() - before
