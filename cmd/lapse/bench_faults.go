@@ -39,6 +39,8 @@ func checkChaos(given map[string]bool, remote bool, storeURL, timers string, lat
 		return errors.New("--chaos-latency slows the connections to the store's server, and the embedded SQLite store has none (it runs in this process): use --store postgres://… or mysql://…")
 	case strings.HasSuffix(timersScheme, "-cluster"):
 		return errors.New("--chaos-latency with Redis Cluster timers: a Cluster's redirects name its real nodes, so a proxy cannot sit in between (use redis://host:port)")
+	case strings.HasSuffix(timersScheme, "-sentinel"):
+		return errors.New("--chaos-latency with Redis Sentinel timers: the sentinels name the master's real address, so a proxy cannot sit in between (use redis://host:port)")
 	case timersScheme == "unix":
 		return errors.New("--chaos-latency with Redis on a Unix socket: the proxy speaks TCP (use redis://host:port)")
 	case latency < time.Millisecond || !whole(latency):

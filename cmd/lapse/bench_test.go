@@ -183,6 +183,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--target", "http://127.0.0.1:1", "--chaos-latency", "5ms"}, "--target"},
 		{[]string{"--target", "http://127.0.0.1:1", "--restart-db-at", "1s"}, "--restart-db-cmd"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--timers", "redis-cluster://127.0.0.1:7000", "--chaos-latency", "5ms"}, "Cluster"},
+		{[]string{"--store", "postgres://127.0.0.1:1/x", "--timers", "redis-sentinel://127.0.0.1:26379/0?master=m", "--chaos-latency", "5ms"}, "Sentinel"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-latency", "1500us"}, "whole milliseconds"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--chaos-jitter", "1ms"}, "--chaos-latency"},
 		{[]string{"--store", "postgres://127.0.0.1:1/x", "--restart-db-cmd", "true"}, "--restart-db-at"},

@@ -6,15 +6,16 @@ import (
 	"testing"
 )
 
-// Every URL lapse serve shows — the store, the timers (standalone Redis and
-// Redis Cluster) and the gateway — is shown without its password, in the
+// Every URL lapse serve shows — the store, the timers (standalone Redis,
+// Redis Cluster and Sentinel) and the gateway — is shown without its password, in the
 // start-up log and in the errors of a refused start.
 func TestServeShowsNoPassword(t *testing.T) {
 	t.Parallel()
 	const (
 		storePW, redisPW, clusterPW, gatewayPW = "store-pw-3141", "redis-pw-2718", "cluster-pw-1618", "gateway-pw-1414"
+		sentinelPW                             = "sentinel-pw-1732"
 	)
-	secrets := []string{storePW, redisPW, clusterPW, gatewayPW}
+	secrets := []string{storePW, redisPW, clusterPW, gatewayPW, sentinelPW}
 	noSecret := func(t *testing.T, out string) {
 		t.Helper()
 		for _, s := range secrets {
@@ -29,6 +30,7 @@ func TestServeShowsNoPassword(t *testing.T) {
 	for _, timers := range []string{
 		"redis://:" + redisPW + "@" + deadRedis + "/0",
 		"redis-cluster://default:" + clusterPW + "@" + deadRedis + "," + freePort(t),
+		"redis-sentinel://:" + redisPW + "@" + deadRedis + "," + freePort(t) + "/0?master=orders&sentinel_password=" + sentinelPW,
 	} {
 		t.Run(strings.Split(timers, ":")[0], func(t *testing.T) {
 			t.Parallel()
@@ -39,6 +41,7 @@ func TestServeShowsNoPassword(t *testing.T) {
 			noSecret(t, logs)
 			start := logs[strings.Index(logs, `msg="lapse serving"`):]
 			start = start[:strings.IndexByte(start, '\n')]
+			start = strings.ReplaceAll(start, `"`, "") // slog quotes a value with '=' in it (a URL's query)
 			for _, want := range []string{"timers=" + strings.Split(timers, ":")[0] + "://", "gateway=http://lapse:xxxxx@" + deadGateway} {
 				if !strings.Contains(start, want) {
 					t.Errorf("the start-up line does not show %q:\n%s", want, start)
@@ -57,6 +60,8 @@ func TestServeShowsNoPassword(t *testing.T) {
 			{"serve", "--store", db, "--gateway", "ftp://lapse:" + gatewayPW + "@gateway"},
 			{"serve", "--store", db, "--timers", "redis://:" + redisPW + "@host:port/0"},
 			{"serve", "--store", db, "--timers", "redis-cluster://:" + clusterPW + "@h1:7000/3"},
+			{"serve", "--store", db, "--timers", "redis-sentinel://:" + redisPW + "@h1:26379/0?sentinel_password=" + sentinelPW},
+			{"serve", "--store", db, "--timers", "redis-sentinel://:" + redisPW + "@h1:26379/x?master=m&sentinel_password=" + sentinelPW},
 			{"serve", "--store", "oracle://lapse:" + storePW + "@db"},
 			{"migrate", "--store", "oracle://lapse:" + storePW + "@db"},
 			{"reconcile", "--store", db, "--gateway", "http://lapse:" + gatewayPW + "@bad host"},

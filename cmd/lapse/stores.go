@@ -161,7 +161,7 @@ func checkTimers(spec string) error {
 	var err error
 	switch {
 	case spec == "memory", spec == "sql":
-	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
+	case redisTimers(scheme):
 		var client interface{ Close() error }
 		if client, err = redis.ParseURL(spec); err == nil {
 			_ = client.Close() // never connected: parsing only
@@ -171,12 +171,22 @@ func checkTimers(spec string) error {
 	case scheme == "amqp" || scheme == "amqps":
 		_, _, err = amqptimer.ParseURL(spec)
 	default:
-		return badFlag(fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec)))
+		return badFlag(fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec)))
 	}
 	if err != nil {
 		return badFlag(fmt.Errorf("--timers: %w", err))
 	}
 	return nil
+}
+
+// redisTimers reports whether lapse serve takes a --timers URL of this
+// scheme for Redis timers: standalone, Sentinel-managed or Cluster.
+func redisTimers(scheme string) bool {
+	switch scheme {
+	case "redis", "rediss", "redis-cluster", "redis-sentinel", "rediss-sentinel":
+		return true
+	}
+	return false
 }
 
 // openTimers configures the timer backend a --timers value names; Redis
@@ -193,7 +203,7 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		cfg.Scheduler = memory.New(memory.Config{Gather: memory.DefaultGather})
 	case spec == "sql":
 		cfg.PollStore = true
-	case scheme == "redis" || scheme == "rediss" || scheme == "redis-cluster":
+	case redisTimers(scheme):
 		client, err := redis.ParseURL(spec)
 		if err != nil {
 			return opened, fmt.Errorf("--timers: %w", err)
@@ -234,7 +244,7 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		cfg.Scheduler = s
 		opened.close, opened.ping, opened.claim = s.Close, s.Ping, s.Claim
 	default:
-		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec))
 	}
 	return opened, nil
 }

@@ -17,7 +17,8 @@ import (
 //	                             only for timers in flight or waiting to be redelivered;
 //	                             a timer belongs to the claim its meta names, whatever
 //	                             claims lists (a schedule in flight drops its meta)
-//	<prefix>:{sNN}:seeded  String "ok" once a complete seed from the store covered the shard
+//	<prefix>:{sNN}:seeded  String "ok:<run id>" once a complete seed from the store covered the
+//	                             shard, with the run id of the Redis process that held it then
 //
 // A claim costs lease and claims one entry each, whatever its size, and each
 // of its timers one meta field. meta also holds, once a claim ran, a field no

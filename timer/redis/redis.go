@@ -1,5 +1,6 @@
 // Package redis is the Redis timer backend: timers in sorted sets sharded by
-// key, claimed by a Lua script, on a standalone Redis or a Redis Cluster
+// key, claimed by a Lua script, on a standalone Redis, a master with
+// replicas that Redis Sentinel fails over, or a Redis Cluster
 // (docs/architecture.md §1). Any number of lapse instances may share one Redis; each
 // timer goes to one of them at a time.
 //
@@ -72,18 +73,28 @@
 // The scheduler is timer.Durable: a Redis that keeps its data (RDB or AOF)
 // keeps the timers across a restart of lapse, and lapse does not seed it.
 // Redis can still lose them (FLUSHALL, a restart without persistence), so the
-// scheduler is also a timer.Seeder: after a complete seed from the store it sets a marker per
-// shard (<prefix>:{sNN}:seeded), and while Run runs it checks the markers every
-// Config.LossCheck. When one is missing (at the first start too) one instance
-// takes the seed lock and runs the seed function in the background, without
-// blocking Schedule or deliveries, then sets the markers again. The seed is
+// scheduler is also a timer.Seeder: after a complete seed from the store it
+// sets a marker per shard (<prefix>:{sNN}:seeded), "ok:" and the run id of
+// the Redis process that held the shard, and while Run runs it checks the
+// markers every Config.LossCheck. When one is missing (at the first start
+// too), or names another process than the one that holds its shard now,
+// one instance takes the seed lock and runs the seed function in the
+// background, without blocking Schedule or deliveries, then sets the markers
+// again. The run id is what catches the losses a marker survives: a
+// failover to a replica (Sentinel's, or a Cluster's) that had not received
+// the master's last writes, since replication is asynchronous, or a restart
+// that reloaded a snapshot older than them. The markers, written long
+// before, came through; the timers of the last moments may not have, and a
+// new process answering is taken for a loss of unknown extent. The seed is
 // fenced by its lock's token: the markers hold it while the seed runs, and
-// only a marker that still holds it at the end is set to "ok"
+// only a marker that still holds it at the end is set to "ok:<run id>"
 // (lua/seeded.lua), so a loss during the seed, or another instance taking
-// the seed over after the loss took the lock too, causes another seed. The fallback sweep
-// of the service (lapse.Config.SweepInterval) covers the seconds in between,
-// and the losses no marker shows: a failover to a replica that was behind
-// keeps the markers but not the timers set in its last moments.
+// the seed over after the loss took the lock too, causes another seed; so
+// does a failover during the seed, since the run id was read before it. The
+// fallback sweep of the service (lapse.Config.SweepInterval) covers the
+// seconds in between. A failover can also bring back what the old master
+// had removed (a timer acknowledged, unscheduled or claimed): it is
+// delivered again, and the store's guard makes that a no-op.
 package redis
 
 import (
@@ -227,6 +238,8 @@ type Scheduler struct {
 
 	seedMu sync.Mutex
 	seed   func(ctx context.Context) error
+	// noRunID logs, once, that Redis tells no run id (seed.go).
+	noRunID sync.Once
 
 	commit committer // Schedule calls in flight, written together
 
