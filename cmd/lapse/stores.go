@@ -183,7 +183,7 @@ func checkTimers(spec string) error {
 // scheme for Redis timers: standalone, Sentinel-managed or Cluster.
 func redisTimers(scheme string) bool {
 	switch scheme {
-	case "redis", "rediss", "redis-cluster", "redis-sentinel", "rediss-sentinel":
+	case "redis", "rediss", "unix", "redis-cluster", "rediss-cluster", "redis-sentinel", "rediss-sentinel":
 		return true
 	}
 	return false
