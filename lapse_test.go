@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -36,20 +37,7 @@ func openStore(t *testing.T, path string) *sqlite.Store {
 // start runs svc until the test ends and checks Run returns nil on shutdown.
 func start(t *testing.T, svc *lapse.Service) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v on shutdown, want nil", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10s of shutdown")
-		}
-	})
+	servicetest.Run(t, svc)
 }
 
 func newService(t *testing.T, cfg lapse.Config) *lapse.Service {

@@ -23,6 +23,7 @@ import (
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/client"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/internal/testdb"
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/inventory/inventorytest"
@@ -84,15 +85,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Service.Run: %v", err)
-		}
-	})
+	servicetest.Run(t, svc)
 	h := checkRequests(t, httpapi.New(svc, httpapi.Options{APIToken: cfg.token, CallbackSecrets: [][]byte{secret}, Logger: discard}))
 	if cfg.wrap != nil {
 		h = cfg.wrap(h)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/httpapi"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/payment"
 	"github.com/lapsehq/lapse/payment/stripe"
@@ -55,20 +56,7 @@ func serviceWaiting(t *testing.T, gw payment.Gateway, pendingMax time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10 s of shutdown")
-		}
-	})
+	servicetest.Run(t, svc)
 	return svc, st
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
@@ -38,15 +39,7 @@ func TestServiceExtendOnRabbitMQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	servicetest.Run(t, svc)
 	waitStats(t, timers, "the first seed", 5*time.Second, func(st amqptimer.Stats) bool { return st.Seeds == 1 })
 
 	create := func(id string, timeout time.Duration) {

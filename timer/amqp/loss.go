@@ -296,6 +296,16 @@ func (s *Scheduler) inspect(conn *amqp091.Connection) (inspection, error) {
 		}
 		return nil
 	}
+	// depth is how many messages queue q holds (0 when it is missing).
+	depth := func(q string) (int, error) {
+		var messages int
+		err := look("queue "+q, func(ch *amqp091.Channel) error {
+			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			messages = info.Messages
+			return err
+		})
+		return messages, err
+	}
 	exchanges := []string{s.names.ready()}
 	for k := range s.cfg.Levels {
 		exchanges = append(exchanges, s.names.level(k))
@@ -316,13 +326,8 @@ func (s *Scheduler) inspect(conn *amqp091.Connection) (inspection, error) {
 	from := time.Now()
 	held, want := 0, 0
 	for k := s.cfg.Levels - 1; k >= 0; k-- {
-		q := s.names.level(k)
-		var messages int
-		if err := look("queue "+q, func(ch *amqp091.Channel) error {
-			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-			messages = info.Messages
-			return err
-		}); err != nil {
+		messages, err := depth(s.names.level(k))
+		if err != nil {
 			return found, err
 		}
 		held += messages
@@ -335,12 +340,8 @@ func (s *Scheduler) inspect(conn *amqp091.Connection) (inspection, error) {
 	// hold what the ledger puts in it, less 1%.
 	for i, t := range s.names.fixed {
 		q := s.names.fixedQueue(t)
-		var messages int
-		if err := look("queue "+q, func(ch *amqp091.Channel) error {
-			info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-			messages = info.Messages
-			return err
-		}); err != nil {
+		messages, err := depth(q)
+		if err != nil {
 			return found, err
 		}
 		if want := s.ledger.expected(s.cfg.Levels+i, from, time.Now()); messages < want-want/100 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -43,15 +44,7 @@ func TestServiceCancelsOrdersOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	servicetest.Run(t, svc)
 	// The new topology has no seed marker: the service's seed runs first
 	// (an empty store), and orders created after it are not seeded twice.
 	waitStats(t, timers, "the first seed", 5*time.Second, func(st amqptimer.Stats) bool { return st.Seeds == 1 })

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/internal/redistest"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -153,15 +154,7 @@ func TestSentinelFailoverLosesNoOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancelRun := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancelRun()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	servicetest.Run(t, svc)
 	waitFor(t, "the first seed", 10*time.Second, func() bool { return logs.count("seeded from the store") >= 1 })
 
 	// The load: 4 clients create orders back to back until stop, each

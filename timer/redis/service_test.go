@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -45,15 +46,7 @@ func TestServiceCancelsEveryOrderAcrossADataLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- svc.Run(runCtx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
+		servicetest.Run(t, svc)
 
 		// n orders from 4 clients, with deadlines spread over two seconds
 		// from base; SQLite under the race detector creates a few dozen
