@@ -208,6 +208,20 @@ func testRetentionOrders(t *testing.T, newStore Factory) {
 		t.Fatalf("a second run deleted %v", res.Deleted)
 	}
 
+	// A late timer of a deleted order is a no-op (the order is Missing, as
+	// any unknown id), and a late payment report for it is ErrNotFound, as
+	// for an order that never was: nothing is written.
+	due, err := s.CancelDue(ctx, store.CancelDueParams{IDs: []string{"cancelled"}})
+	if err != nil || len(due.Cancelled) != 0 || len(due.Skipped) != 1 || !due.Skipped[0].Missing {
+		t.Errorf("a late timer of a deleted order: %+v, %v; want it skipped as missing", due, err)
+	}
+	if _, err := s.CompletePayment(ctx, store.PaymentParams{OrderID: "cancelled", PaymentID: "late", AmountCents: 1000, CallbackID: "cb-late"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a late success of a deleted order: %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetOrder(ctx, "cancelled"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the late success wrote an order: %v", err)
+	}
+
 	// The key of a deleted order went with it: the same request makes a
 	// new order, not a replay of the deleted one.
 	res, err := s.CreateOrder(ctx, store.CreateOrderParams{ID: "paid", Items: []order.Item{{SKU: "a", Qty: 1}},
