@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 )
 
@@ -35,10 +36,11 @@ type RetentionExecutor interface {
 	// LockRetention takes the retention turn for the transaction, skipping
 	// (false) if another transaction holds it.
 	LockRetention(ctx context.Context) (bool, error)
-	// LockFinished locks up to limit finished orders (store.Retention) whose
-	// paid_at or cancelled_at is before before, skipping rows other
-	// transactions hold, and returns their ids, in any order.
-	LockFinished(ctx context.Context, before time.Time, limit int) ([]string, error)
+	// LockFinished locks up to limit finished orders (store.Retention) of
+	// status (PAID or CANCELLED) whose paid_at (cancelled_at) is before
+	// before, the oldest first, skipping rows other transactions hold, and
+	// returns their ids.
+	LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error)
 	// CarryLedger adds the units of the ledger rows of the orders ids to
 	// the carried totals of their SKUs, by action, and counts the orders
 	// per SKU; the carried rows are written in SKU byte order, updated_at now.
@@ -101,9 +103,16 @@ func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (sto
 			}
 			return err
 		}
-		ids, err := re.LockFinished(ctx, now.Add(-p.Age), p.Limit)
-		if err != nil {
-			return fmt.Errorf("lock finished orders: %w", err)
+		var ids []string
+		for _, st := range []order.Status{order.Paid, order.Cancelled} {
+			if len(ids) == p.Limit {
+				break
+			}
+			some, err := re.LockFinished(ctx, st, now.Add(-p.Age), p.Limit-len(ids))
+			if err != nil {
+				return fmt.Errorf("lock finished %s orders: %w", st, err)
+			}
+			ids = append(ids, some...)
 		}
 		if len(ids) == 0 {
 			return nil

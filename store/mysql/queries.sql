@@ -1000,15 +1000,15 @@ FROM lapse_refunds WHERE status IN ('PENDING', 'DEAD');
 -- name: lock_retention
 SELECT id FROM lapse_retention_turn FOR UPDATE SKIP LOCKED;
 
--- name: lock_finished
--- Params: before, before, limit. Finished orders (store.Retention): PAID or
--- CANCELLED before the time, nothing owed, no work row not DONE, every
--- event fanned out and no delivery row left (dead ones included), no hook
--- failure. Only the order rows are held (the subqueries are plain reads);
--- rows other transactions hold are skipped, never waited for.
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before the
+-- time, oldest first (orders_paid_at's walk, past the few old orders kept):
+-- nothing owed, no work row not DONE, every event fanned out and no
+-- delivery row left (dead ones included), no hook failure. Only the order
+-- rows are held (the subqueries are plain reads); rows other transactions
+-- hold are skipped, never waited for.
 SELECT o.id FROM lapse_orders o
-WHERE (o.paid_at < ? OR o.cancelled_at < ?)
-  AND o.status IN ('PAID', 'CANCELLED') AND NOT o.refund_required
+WHERE o.paid_at < ? AND o.status = 'PAID' AND NOT o.refund_required
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
   AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
   AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
@@ -1016,6 +1016,22 @@ WHERE (o.paid_at < ? OR o.cancelled_at < ?)
   AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
   AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
                   AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before the time.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < ? AND o.status = 'CANCELLED' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
 LIMIT ?
 FOR UPDATE SKIP LOCKED;
 

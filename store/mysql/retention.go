@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store/core"
 )
 
@@ -25,8 +27,9 @@ func (e executor) LockRetention(ctx context.Context) (bool, error) {
 }
 
 // LockFinished implements core.RetentionExecutor.
-func (e executor) LockFinished(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	return e.queryIDs(ctx, q.Get("lock_finished"), before, before, limit)
+func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+	name := "lock_finished_" + strings.ToLower(string(status))
+	return e.queryIDs(ctx, q.Get(name), before, limit)
 }
 
 // CarryLedger implements core.RetentionExecutor: chunk by chunk, each

@@ -1179,16 +1179,16 @@ FROM lapse_refunds WHERE status <> 'DONE';
 -- name: lock_retention
 SELECT id FROM lapse_retention_turn FOR UPDATE SKIP LOCKED;
 
--- name: lock_finished
--- Params: before, limit. Finished orders (store.Retention): PAID or
--- CANCELLED before $1, nothing owed, no work row not DONE, every event
--- fanned out and no delivery row left (dead ones included), no hook
--- failure. The order rows are held; rows other transactions hold are
--- skipped, never waited for. The two finish times are read through their
--- partial indexes.
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before $1,
+-- oldest first: nothing owed, no work row not DONE, every event fanned out
+-- and no delivery row left (dead ones included), no hook failure. The walk
+-- is lapse_orders_paid_at's, from its oldest entry, past the few old orders
+-- kept (flagged, undelivered), stopping at $2: ORDER BY with LIMIT keeps it
+-- an index walk whatever the statistics or a generic plan say. The order
+-- rows are held; rows other transactions hold are skipped, never waited for.
 SELECT o.id FROM lapse_orders o
-WHERE (o.paid_at < $1 OR o.cancelled_at < $1)
-  AND o.status IN ('PAID', 'CANCELLED') AND NOT o.refund_required
+WHERE o.paid_at < $1 AND o.status = 'PAID' AND NOT o.refund_required
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
   AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
   AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
@@ -1196,6 +1196,23 @@ WHERE (o.paid_at < $1 OR o.cancelled_at < $1)
   AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
   AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
                   AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before $1, walking
+-- lapse_orders_cancelled_at.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < $1 AND o.status = 'CANCELLED' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 

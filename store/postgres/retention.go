@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/core"
 )
@@ -26,8 +28,9 @@ func (e executor) LockRetention(ctx context.Context) (bool, error) {
 }
 
 // LockFinished implements core.RetentionExecutor.
-func (e executor) LockFinished(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	rows, err := e.db.Query(ctx, q.Get("lock_finished"), before, limit)
+func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+	name := "lock_finished_" + strings.ToLower(string(status))
+	rows, err := e.db.Query(ctx, q.Get(name), before, limit)
 	if err != nil {
 		return nil, interpretError(err)
 	}

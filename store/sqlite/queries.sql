@@ -768,13 +768,13 @@ FROM lapse_refunds WHERE status <> 'DONE';
 -- rows, a batch per transaction. One writer: the transaction is the turn,
 -- and no row can change under it.
 
--- name: lock_finished
--- Params: before, limit. Finished orders (store.Retention): PAID or
--- CANCELLED before ?1, nothing owed, no work row not DONE, every event
--- fanned out and no delivery row left (dead ones included), no hook failure.
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before ?1,
+-- oldest first (lapse_orders_paid_at's walk, past the few old orders kept):
+-- nothing owed, no work row not DONE, every event fanned out and no
+-- delivery row left (dead ones included), no hook failure.
 SELECT o.id FROM lapse_orders o
-WHERE (o.paid_at < ?1 OR o.cancelled_at < ?1)
-  AND o.status IN ('PAID', 'CANCELLED') AND o.refund_required = 0
+WHERE o.paid_at < ?1 AND o.status = 'PAID' AND o.refund_required = 0
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
   AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
   AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
@@ -782,6 +782,21 @@ WHERE (o.paid_at < ?1 OR o.cancelled_at < ?1)
   AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
   AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
                   AND (e.fanned_out = 0 OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT ?2;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before ?1.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < ?1 AND o.status = 'CANCELLED' AND o.refund_required = 0
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (e.fanned_out = 0 OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
 LIMIT ?2;
 
 -- name: carry_ledger

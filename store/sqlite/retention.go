@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/lapsehq/lapse/internal/sqlrows"
+	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store/core"
 )
 
@@ -19,8 +21,9 @@ func (e executor) LockRetention(context.Context) (bool, error) { return true, ni
 
 // LockFinished implements core.RetentionExecutor: the rows are the
 // writer's until it commits.
-func (e executor) LockFinished(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	return sqlrows.Collect(ctx, e.db, q.Get("lock_finished"), []any{ms(before), limit}, func(r *sql.Rows) (string, error) {
+func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+	name := "lock_finished_" + strings.ToLower(string(status))
+	return sqlrows.Collect(ctx, e.db, q.Get(name), []any{ms(before), limit}, func(r *sql.Rows) (string, error) {
 		var id string
 		return id, r.Scan(&id)
 	})
