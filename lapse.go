@@ -414,7 +414,8 @@ func (s *Service) Store() store.Store { return s.store }
 // Run seeds the scheduler (unless it is durable; waiting for a store that does
 // not answer yet, see seedRetrying), listens for the deadlines other
 // instances commit (where the store tells them: listen.go), relays outbox
-// events, runs the fallback sweep and cancels due orders until ctx ends.
+// events, runs the fallback sweep and retention (Config.Retention) and
+// cancels due orders until ctx ends.
 // When ctx ends it stops claiming timers, finishes the batch in hand and
 // returns nil.
 func (s *Service) Run(ctx context.Context) error {
