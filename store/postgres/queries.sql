@@ -1233,34 +1233,38 @@ ON CONFLICT (sku) DO UPDATE SET reserved = k.reserved + excluded.reserved, relea
     committed = k.committed + excluded.committed, orders = k.orders + excluded.orders, updated_at = excluded.updated_at;
 
 -- name: retention_delete_order_items
-DELETE FROM lapse_order_items t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+-- The retention_delete_ statements take the order ids as an init plan's
+-- array (= ANY (ARRAY(…))): each is then an index lookup per id, even with a
+-- generic plan on a table never analyzed, where a join to unnest($1), or
+-- "= ANY($1)" alone, was planned as a scan of the whole table.
+DELETE FROM lapse_order_items WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_stock_ledger
-DELETE FROM lapse_stock_ledger t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_stock_ledger WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_payments
-DELETE FROM lapse_payments t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_payments WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_stock_tasks
-DELETE FROM lapse_stock_tasks t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_stock_tasks WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_order_commands
-DELETE FROM lapse_order_commands t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_order_commands WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_refunds
-DELETE FROM lapse_refunds t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_refunds WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_hook_failures
-DELETE FROM lapse_hook_failures t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_hook_failures WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_outbox
-DELETE FROM lapse_outbox t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_outbox WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_idempotency_keys
-DELETE FROM lapse_idempotency_keys t USING unnest($1::text[]) AS x (id) WHERE t.order_id = x.id;
+DELETE FROM lapse_idempotency_keys WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_orders
-DELETE FROM lapse_orders t USING unnest($1::text[]) AS x (id) WHERE t.id = x.id;
+DELETE FROM lapse_orders WHERE id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_done_stock_tasks
 -- Params: before, limit. DONE tasks whose order is gone (the audit reads the
