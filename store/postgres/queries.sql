@@ -1235,8 +1235,9 @@ ON CONFLICT (sku) DO UPDATE SET reserved = k.reserved + excluded.reserved, relea
 -- name: retention_delete_order_items
 -- The retention_delete_ statements take the order ids as an init plan's
 -- array (= ANY (ARRAY(…))): each is then an index lookup per id, even with a
--- generic plan on a table never analyzed, where a join to unnest($1), or
--- "= ANY($1)" alone, was planned as a scan of the whole table.
+-- generic plan on a table never analyzed, where a join to unnest($1) was
+-- planned as a scan of the whole table (and "= ANY($1)" alone is planned
+-- from statistics: see get_items).
 DELETE FROM lapse_order_items WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
 
 -- name: retention_delete_stock_ledger
