@@ -406,15 +406,18 @@ func testRetentionConcurrent(t *testing.T, newStore Factory) {
 			}
 		}
 	}()
+	var pruned int
 	wg.Add(1)
 	go func() { // retention, the clock moving on so that orders come of age
 		defer wg.Done()
 		for range workers * rounds {
 			clk.Advance(time.Second)
-			if _, err := s.PruneOrders(ctx, store.PruneOrdersParams{Age: time.Second, Limit: 5}); err != nil {
+			res, err := s.PruneOrders(ctx, store.PruneOrdersParams{Age: time.Second, Limit: 5})
+			if err != nil {
 				fail(fmt.Errorf("prune orders: %w", err))
 				return
 			}
+			pruned += res.Orders
 		}
 	}()
 	wg.Wait()
@@ -422,6 +425,7 @@ func testRetentionConcurrent(t *testing.T, newStore Factory) {
 	for err := range errs {
 		t.Error(err)
 	}
+	t.Logf("%d orders deleted while the others ran", pruned)
 	// Drain: every event delivered, every finished order gone.
 	deliverAll(t, s, "s")
 	clk.Advance(time.Minute)
