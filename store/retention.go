@@ -32,7 +32,7 @@ type Retention interface {
 	// order-service commands and refunds that no order reads any more:
 	// a stock task or refund whose order is gone (the audit checks the
 	// others against their orders), and any DONE command. DEAD rows are
-	// never deleted.
+	// never deleted. Turn=false as for PruneOrders.
 	PruneTasks(ctx context.Context, p PruneTasksParams) (PruneResult, error)
 	// OldestFinished reads the earliest finish time (paid_at, cancelled_at)
 	// of an order still kept; ok=false when no finished order is kept.

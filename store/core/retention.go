@@ -138,19 +138,27 @@ func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (sto
 	return res, nil
 }
 
-// PruneTasks implements store.Retention: one transaction, a statement per
-// table.
+// PruneTasks implements store.Retention: one transaction holding the
+// retention turn (two instances' deletes of the same rows could otherwise
+// lock them in different orders), a statement per table.
 func (s *Store) PruneTasks(ctx context.Context, p store.PruneTasksParams) (store.PruneResult, error) {
 	if p.Age <= 0 || p.Limit < 1 || p.Limit > maxPrune {
 		return store.PruneResult{}, fmt.Errorf("prune tasks: age %s, limit %d: %w", p.Age, p.Limit, store.ErrInvalid)
 	}
 	var res store.PruneResult
 	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
-		res = store.PruneResult{Turn: true, Deleted: make(map[string]int64, len(DoneTables))}
+		res = store.PruneResult{}
 		re, err := retentionOf(tx.ExecutorTx)
 		if err != nil {
 			return err
 		}
+		if res.Turn, err = re.LockRetention(ctx); err != nil || !res.Turn {
+			if err != nil {
+				err = fmt.Errorf("take the retention turn: %w", err)
+			}
+			return err
+		}
+		res.Deleted = make(map[string]int64, len(DoneTables))
 		for _, t := range DoneTables {
 			n, err := re.DeleteDone(ctx, t, now.Add(-p.Age), p.Limit)
 			if err != nil {
