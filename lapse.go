@@ -155,6 +155,9 @@ type Config struct {
 	Sinks []outbox.Sink
 	// Outbox tunes the relay (batch, lease, retries, retention).
 	Outbox outbox.Config
+	// Retention bounds the tables: finished orders and finished work rows
+	// are deleted once old enough (see RetentionConfig). Off by default.
+	Retention RetentionConfig
 	// Inventory, when set, is the remote inventory that holds the stock
 	// (docs/sagas.md): lapse keeps no counters, every create carries the
 	// reservation the caller made there, and each cancel or payment writes
@@ -249,6 +252,7 @@ func (c *Config) setDefaults() {
 	if c.CancelTimeout == 0 {
 		c.CancelTimeout = 30 * time.Second
 	}
+	c.Retention.setDefaults()
 }
 
 func (c *Config) validate() error {
@@ -278,6 +282,9 @@ func (c *Config) validate() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		return fmt.Errorf("lapse: Config.BatchSize %d: want 1 to 10000", c.BatchSize)
+	}
+	if err := c.Retention.validate(); err != nil {
+		return err
 	}
 	if c.Grace < 0 {
 		return fmt.Errorf("lapse: Config.Grace %s: must not be negative", c.Grace)
@@ -315,6 +322,9 @@ type Service struct {
 	// commands sends cancel commands to Config.OrderService; nil when
 	// lapse owns the orders.
 	commands *ordersvc.Dispatcher
+	// retain deletes finished orders and work rows (Config.Retention); nil
+	// when off.
+	retain *retention
 
 	// burstUntil: until when (Unix ns) the service counts as cancelling a
 	// burst of due orders (bursting, cancel.go).
@@ -338,6 +348,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.retain = m.retention
 	rc := cfg.Outbox
 	rc.Metrics = m.outbox
 	if rc.Yield == nil {
@@ -404,7 +415,8 @@ func (s *Service) Store() store.Store { return s.store }
 // Run seeds the scheduler (unless it is durable; waiting for a store that does
 // not answer yet, see seedRetrying), listens for the deadlines other
 // instances commit (where the store tells them: listen.go), relays outbox
-// events, runs the fallback sweep and cancels due orders until ctx ends.
+// events, runs the fallback sweep and retention (Config.Retention) and
+// cancels due orders until ctx ends.
 // When ctx ends it stops claiming timers, finishes the batch in hand and
 // returns nil.
 func (s *Service) Run(ctx context.Context) error {
@@ -459,6 +471,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.checks != nil {
 		wg.Go(func() { s.checks.run(ctx) })
+	}
+	if s.retain != nil {
+		wg.Go(func() { s.retain.run(ctx) })
 	}
 	if s.cfg.SweepInterval > 0 {
 		sweep := newPoller(s, s.cfg.SweepLag, s.cfg.SweepInterval, false, func(n int) {

@@ -60,6 +60,7 @@ type metrics struct {
 	tasks             *inventory.Metrics // with Config.Inventory
 	commands          *ordersvc.Metrics  // with Config.OrderService
 	refunds           *refund.Metrics    // with Config.AutoRefund
+	retention         *retention         // with Config.Retention on
 	sweepCaught       prometheus.Counter
 	gatewayChecks     *prometheus.CounterVec
 	reminders         prometheus.Counter
@@ -188,6 +189,11 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 	if s.cfg.AutoRefund {
 		if m.refunds, err = refund.NewMetrics(reg); err != nil {
 			return nil, fmt.Errorf("lapse: register refund metrics: %w", err)
+		}
+	}
+	if s.cfg.Retention.on() {
+		if m.retention, err = newRetention(s.cfg.Retention, s.cfg.Store, s.log, reg); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil

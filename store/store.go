@@ -63,6 +63,7 @@ type Store interface {
 	Auditor
 	Dashboard
 	HookFailures
+	Retention
 	// Migrate brings the schema to the newest version; a failed migration
 	// leaves the schema as it was.
 	Migrate(ctx context.Context) error

@@ -369,6 +369,7 @@ var flagGroups = map[string][]flagGroup{
 		{"Store and timers", []string{"store", "no-migrate", "timers", "redis-prefix", "grace", "sweep-interval", "sweep-lag", "remind-before"}},
 		{"Payments and gateways", []string{"callback-secret", "callback-secret-file", "previous-callback-secret", "gateway", "gateway-", "confirm-after", "auto-refund", "refund-", "stripe-", "alipay-", "wechatpay-"}},
 		{"Events", []string{"sink", "event-format", "webhook-", "outbox-"}},
+		{"Retention", []string{"order-retention", "task-retention", "retention-"}},
 		{"Inventory", []string{"inventory", "inventory-", "task-"}},
 		{"Order service", []string{"order-service", "order-service-"}},
 	},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -361,4 +362,54 @@ func normalizeArgs(pfs *pflag.FlagSet, args []string) []string {
 
 func envName(flagName string) string {
 	return "LAPSE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Days defines a duration flag that also takes days, written Nd ("35d",
+// "1.5d"), beside Go's units ("36h", "90m"): for the retentions, which are
+// counted in days. It is checked against s as Duration's flags are.
+func (fs *flagSet) Days(name string, value time.Duration, s span, usage string) *time.Duration {
+	fs.spans[name] = s
+	d := &daysValue{d: value}
+	fs.Var(d, name, usage)
+	return &d.d
+}
+
+// daysValue is a time.Duration read by parseDays; it shows whole days as Nd.
+type daysValue struct{ d time.Duration }
+
+func (v *daysValue) Get() any     { return v.d }
+func (v *daysValue) Type() string { return "duration" }
+
+func (v *daysValue) String() string {
+	const day = 24 * time.Hour
+	if v.d > 0 && v.d%day == 0 {
+		return fmt.Sprintf("%dd", v.d/day)
+	}
+	return v.d.String()
+}
+
+func (v *daysValue) Set(s string) error {
+	d, err := parseDays(s)
+	if err != nil {
+		return err
+	}
+	v.d = d
+	return nil
+}
+
+// parseDays reads "35d" or "1.5d" as days, anything else as
+// time.ParseDuration does.
+func parseDays(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		f, err := strconv.ParseFloat(n, 64)
+		if err != nil || f < 0 || f > 100*365 {
+			return 0, fmt.Errorf("invalid duration %q: want days as Nd (35d), or a Go duration (36h)", s)
+		}
+		return time.Duration(f * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: want days as Nd (35d), or a Go duration (36h)", s)
+	}
+	return d, nil
 }

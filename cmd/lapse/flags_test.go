@@ -207,3 +207,35 @@ func TestURLFlagErrorsExitTwo(t *testing.T) {
 		})
 	}
 }
+
+// The retentions take days (35d, 1.5d) beside Go's units, and refuse what
+// is neither, or negative.
+func TestDaysFlagsTakeDays(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"35d", 35 * 24 * time.Hour, true},
+		{"1.5d", 36 * time.Hour, true},
+		{"0d", 0, true},
+		{"20s", 20 * time.Second, true},
+		{"36h", 36 * time.Hour, true},
+		{"d", 0, false},
+		{"-1d", 0, false},
+		{"35x", 0, false},
+	} {
+		got, err := parseDays(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseDays(%q) = %s, %v; want %s, ok %v", c.in, got, err, c.want, c.ok)
+		}
+	}
+	if got := (&daysValue{d: 35 * 24 * time.Hour}).String(); got != "35d" {
+		t.Errorf("35 days shown as %q, want 35d", got)
+	}
+	out, code := lapseRun(t, 15*time.Second, nil, "serve", "--addr", "127.0.0.1:0", "--order-retention", "1ms")
+	if code != 2 || !strings.Contains(out, "--order-retention 1ms: want 0 (off) or at least 1s") {
+		t.Errorf("--order-retention 1ms: exit %d:\n%s", code, out)
+	}
+}

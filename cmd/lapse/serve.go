@@ -44,6 +44,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	sinkFl := addSinkFlags(fs)
 	invFl := addInventoryFlags(fs)
 	osFl := addOrderServiceFlags(fs)
+	retFl := addRetentionFlags(fs)
 	noMigrate := fs.Bool("no-migrate", false, "do not apply schema migrations at start")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, positive, "how long SIGTERM waits for requests and the cancel batch in hand")
 	logLevel := fs.Enum("log-level", "info", "debug, info, warn or error", "debug", "info", "warn", "error")
@@ -100,6 +101,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		cfg.SweepLag = -1
 	}
 	if cfg.Outbox, err = sinkFl.config(logger); err != nil {
+		return usage("%v", err)
+	}
+	if cfg.Retention, err = retFl.config(); err != nil {
 		return usage("%v", err)
 	}
 	if err := invFl.check(); err != nil {

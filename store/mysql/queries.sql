@@ -999,3 +999,113 @@ WHERE status = 'DEAD' AND payment_id IN (/*each*/?);
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM lapse_refunds WHERE status IN ('PENDING', 'DEAD');
+
+-- Retention (store/core/retention.go): finished orders deleted with their
+-- rows, a batch per transaction.
+
+-- name: lock_retention
+SELECT id FROM lapse_retention_turn FOR UPDATE SKIP LOCKED;
+
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before the
+-- time, oldest first (orders_paid_at's walk, past the few old orders kept):
+-- nothing owed, no work row not DONE, every event fanned out and no
+-- delivery row left (dead ones included), no hook failure. Only the order
+-- rows are held (the subqueries are plain reads); rows other transactions
+-- hold are skipped, never waited for.
+SELECT o.id FROM lapse_orders o
+WHERE o.paid_at < ? AND o.status = 'PAID' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before the time.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < ? AND o.status = 'CANCELLED' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- name: carry_ledger
+-- Params: now, then the order ids. The units of the orders' ledger rows,
+-- added per SKU and action to what was carried before; rows written in SKU
+-- byte order (the column is utf8mb4_bin).
+INSERT INTO lapse_sku_carried (sku, reserved, released, committed, orders, updated_at)
+SELECT sku,
+       COALESCE(SUM(CASE WHEN action = 'reserve' THEN qty END), 0),
+       COALESCE(SUM(CASE WHEN action = 'release' THEN qty END), 0),
+       COALESCE(SUM(CASE WHEN action = 'commit' THEN qty END), 0),
+       COUNT(DISTINCT order_id), ?
+FROM lapse_stock_ledger WHERE order_id IN (/*each*/?)
+GROUP BY sku ORDER BY sku
+ON DUPLICATE KEY UPDATE reserved = reserved + VALUES(reserved), released = released + VALUES(released),
+    committed = committed + VALUES(committed), orders = orders + VALUES(orders), updated_at = VALUES(updated_at);
+
+-- name: retention_delete_order_items
+DELETE FROM lapse_order_items WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_stock_ledger
+DELETE FROM lapse_stock_ledger WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_payments
+DELETE FROM lapse_payments WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_stock_tasks
+DELETE FROM lapse_stock_tasks WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_order_commands
+DELETE FROM lapse_order_commands WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_refunds
+DELETE FROM lapse_refunds WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_hook_failures
+DELETE FROM lapse_hook_failures WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_outbox
+DELETE FROM lapse_outbox WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_idempotency_keys
+DELETE FROM lapse_idempotency_keys WHERE order_id IN (/*each*/?);
+
+-- name: retention_delete_orders
+DELETE FROM lapse_orders WHERE id IN (/*each*/?);
+
+-- name: retention_done_stock_tasks
+-- Params: before, limit. DONE tasks whose order is gone (the audit reads the
+-- others: tasks_match_status).
+DELETE FROM lapse_stock_tasks
+WHERE status = 'DONE' AND done_at < ?
+  AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = lapse_stock_tasks.order_id)
+LIMIT ?;
+
+-- name: retention_done_order_commands
+DELETE FROM lapse_order_commands WHERE status = 'DONE' AND done_at < ? LIMIT ?;
+
+-- name: retention_done_refunds
+-- DONE refunds whose order is gone (the audit reads the others:
+-- refunds_match_attempts).
+DELETE FROM lapse_refunds
+WHERE status = 'DONE' AND done_at < ?
+  AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = lapse_refunds.order_id)
+LIMIT ?;
+
+-- name: oldest_finished
+-- Each minimum is the first entry of its index; the earlier of the two is
+-- taken in Go (LEAST of a NULL is NULL).
+SELECT (SELECT MIN(paid_at) FROM lapse_orders), (SELECT MIN(cancelled_at) FROM lapse_orders);

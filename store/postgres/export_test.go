@@ -93,18 +93,20 @@ func (s *Store) WithSavepoints() *Store {
 	cfg := s.cfg
 	ce, _ := s.cfg.Driver.(core.CommandExecutor)
 	re, _ := s.cfg.Driver.(core.RefundExecutor)
-	cfg.Driver = savepointDriver{s.cfg.Driver, ce, re}
+	rt, _ := s.cfg.Driver.(core.RetentionExecutor)
+	cfg.Driver = savepointDriver{s.cfg.Driver, ce, re, rt}
 	cfg.PaymentGroup = 32
 	return &Store{Store: core.New(cfg), pool: s.pool, stmts: s.stmts, cfg: cfg}
 }
 
 // savepointDriver hides the group statements of the driver; the commands
-// of order-service mode (CommandExecutor) and the refunds (RefundExecutor)
-// stay.
+// of order-service mode (CommandExecutor), the refunds (RefundExecutor) and
+// retention (RetentionExecutor) stay.
 type savepointDriver struct {
 	core.Driver
 	core.CommandExecutor
 	core.RefundExecutor
+	core.RetentionExecutor
 }
 
 func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.ExecutorTx, error) {
@@ -114,11 +116,13 @@ func (d savepointDriver) Begin(ctx context.Context, o core.TxOptions) (core.Exec
 	}
 	ce, _ := etx.(core.CommandExecutor)
 	re, _ := etx.(core.RefundExecutor)
+	rt, _ := etx.(core.RetentionExecutor)
 	return struct {
 		core.ExecutorTx
 		core.CommandExecutor
 		core.RefundExecutor
-	}{etx, ce, re}, nil // LockGroup and WriteGroup hidden
+		core.RetentionExecutor
+	}{etx, ce, re, rt}, nil // LockGroup and WriteGroup hidden
 }
 
 // WithoutPipelinedCancel is s with the timeout cancel on the core's general

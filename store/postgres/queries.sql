@@ -1178,3 +1178,122 @@ WHERE status = 'DEAD' AND ($3::boolean OR payment_id = ANY($2::text[]));
 SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'DEAD'),
        min(created_at) FILTER (WHERE status = 'PENDING')
 FROM lapse_refunds WHERE status <> 'DONE';
+
+-- Retention (store/core/retention.go): finished orders deleted with their
+-- rows, a batch per transaction.
+
+-- name: lock_retention
+SELECT id FROM lapse_retention_turn FOR UPDATE SKIP LOCKED;
+
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before $1,
+-- oldest first: nothing owed, no work row not DONE, every event fanned out
+-- and no delivery row left (dead ones included), no hook failure. The walk
+-- is lapse_orders_paid_at's, from its oldest entry, past the few old orders
+-- kept (flagged, undelivered), stopping at $2: ORDER BY with LIMIT keeps it
+-- an index walk whatever the statistics or a generic plan say. The order
+-- rows are held; rows other transactions hold are skipped, never waited for.
+SELECT o.id FROM lapse_orders o
+WHERE o.paid_at < $1 AND o.status = 'PAID' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before $1, walking
+-- lapse_orders_cancelled_at.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < $1 AND o.status = 'CANCELLED' AND NOT o.refund_required
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (NOT e.fanned_out OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: carry_ledger
+-- Params: order ids, now. The units of the orders' ledger rows, added per
+-- SKU and action to what was carried before; rows written in SKU byte order.
+INSERT INTO lapse_sku_carried AS k (sku, reserved, released, committed, orders, updated_at)
+SELECT l.sku,
+       COALESCE(sum(l.qty) FILTER (WHERE l.action = 'reserve'), 0),
+       COALESCE(sum(l.qty) FILTER (WHERE l.action = 'release'), 0),
+       COALESCE(sum(l.qty) FILTER (WHERE l.action = 'commit'), 0),
+       count(DISTINCT l.order_id), $2::timestamptz
+FROM unnest($1::text[]) AS x (id),
+     LATERAL (SELECT order_id, sku, action, qty FROM lapse_stock_ledger WHERE order_id = x.id OFFSET 0) AS l
+GROUP BY l.sku
+ORDER BY l.sku COLLATE "C"
+ON CONFLICT (sku) DO UPDATE SET reserved = k.reserved + excluded.reserved, released = k.released + excluded.released,
+    committed = k.committed + excluded.committed, orders = k.orders + excluded.orders, updated_at = excluded.updated_at;
+
+-- name: retention_delete_order_items
+-- The retention_delete_ statements take the order ids as an init plan's
+-- array (= ANY (ARRAY(…))): each is then an index lookup per id, even with a
+-- generic plan on a table never analyzed, where a join to unnest($1) was
+-- planned as a scan of the whole table (and "= ANY($1)" alone is planned
+-- from statistics: see get_items).
+DELETE FROM lapse_order_items WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_stock_ledger
+DELETE FROM lapse_stock_ledger WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_payments
+DELETE FROM lapse_payments WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_stock_tasks
+DELETE FROM lapse_stock_tasks WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_order_commands
+DELETE FROM lapse_order_commands WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_refunds
+DELETE FROM lapse_refunds WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_hook_failures
+DELETE FROM lapse_hook_failures WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_outbox
+DELETE FROM lapse_outbox WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_idempotency_keys
+DELETE FROM lapse_idempotency_keys WHERE order_id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_delete_orders
+DELETE FROM lapse_orders WHERE id = ANY (ARRAY(SELECT x.id FROM unnest($1::text[]) AS x (id)));
+
+-- name: retention_done_stock_tasks
+-- Params: before, limit. DONE tasks whose order is gone (the audit reads the
+-- others: tasks_match_status).
+DELETE FROM lapse_stock_tasks WHERE id IN (
+    SELECT t.id FROM lapse_stock_tasks t
+    WHERE t.status = 'DONE' AND t.done_at < $1 AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = t.order_id)
+    LIMIT $2);
+
+-- name: retention_done_order_commands
+DELETE FROM lapse_order_commands WHERE id IN (
+    SELECT id FROM lapse_order_commands WHERE status = 'DONE' AND done_at < $1 LIMIT $2);
+
+-- name: retention_done_refunds
+-- DONE refunds whose order is gone (the audit reads the others:
+-- refunds_match_attempts).
+DELETE FROM lapse_refunds WHERE payment_id IN (
+    SELECT r.payment_id FROM lapse_refunds r
+    WHERE r.status = 'DONE' AND r.done_at < $1 AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = r.order_id)
+    LIMIT $2);
+
+-- name: oldest_finished
+-- Each minimum is the first entry of its partial index.
+SELECT least((SELECT min(paid_at) FROM lapse_orders WHERE paid_at IS NOT NULL),
+             (SELECT min(cancelled_at) FROM lapse_orders WHERE cancelled_at IS NOT NULL));

@@ -769,3 +769,108 @@ WHERE status = 'DEAD' AND (?3 OR payment_id IN (SELECT value FROM json_each(?2))
 SELECT COALESCE(SUM(status = 'PENDING'), 0), COALESCE(SUM(status = 'DEAD'), 0),
        MIN(CASE WHEN status = 'PENDING' THEN created_at END)
 FROM lapse_refunds WHERE status <> 'DONE';
+
+-- Retention (store/core/retention.go): finished orders deleted with their
+-- rows, a batch per transaction. One writer: the transaction is the turn,
+-- and no row can change under it.
+
+-- name: lock_finished_paid
+-- Params: before, limit. Finished orders (store.Retention) paid before ?1,
+-- oldest first (lapse_orders_paid_at's walk, past the few old orders kept):
+-- nothing owed, no work row not DONE, every event fanned out and no
+-- delivery row left (dead ones included), no hook failure.
+SELECT o.id FROM lapse_orders o
+WHERE o.paid_at < ?1 AND o.status = 'PAID' AND o.refund_required = 0
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (e.fanned_out = 0 OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.paid_at
+LIMIT ?2;
+
+-- name: lock_finished_cancelled
+-- lock_finished_paid's twin for orders cancelled before ?1.
+SELECT o.id FROM lapse_orders o
+WHERE o.cancelled_at < ?1 AND o.status = 'CANCELLED' AND o.refund_required = 0
+  AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
+  AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_refunds r WHERE r.order_id = o.id AND r.status <> 'DONE')
+  AND NOT EXISTS (SELECT 1 FROM lapse_hook_failures f WHERE f.order_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM lapse_outbox e WHERE e.order_id = o.id
+                  AND (e.fanned_out = 0 OR EXISTS (SELECT 1 FROM lapse_outbox_deliveries d WHERE d.seq = e.seq)))
+ORDER BY o.cancelled_at
+LIMIT ?2;
+
+-- name: carry_ledger
+-- Params: order ids (JSON array), now. The units of the orders' ledger rows,
+-- added per SKU and action to what was carried before.
+INSERT INTO lapse_sku_carried (sku, reserved, released, committed, orders, updated_at)
+SELECT sku,
+       COALESCE(SUM(CASE WHEN action = 'reserve' THEN qty END), 0),
+       COALESCE(SUM(CASE WHEN action = 'release' THEN qty END), 0),
+       COALESCE(SUM(CASE WHEN action = 'commit' THEN qty END), 0),
+       COUNT(DISTINCT order_id), ?2
+FROM lapse_stock_ledger WHERE order_id IN (SELECT value FROM json_each(?1))
+GROUP BY sku ORDER BY sku
+ON CONFLICT (sku) DO UPDATE SET reserved = reserved + excluded.reserved, released = released + excluded.released,
+    committed = committed + excluded.committed, orders = orders + excluded.orders, updated_at = excluded.updated_at;
+
+-- name: retention_delete_order_items
+DELETE FROM lapse_order_items WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_stock_ledger
+DELETE FROM lapse_stock_ledger WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_payments
+DELETE FROM lapse_payments WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_stock_tasks
+DELETE FROM lapse_stock_tasks WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_order_commands
+DELETE FROM lapse_order_commands WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_refunds
+DELETE FROM lapse_refunds WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_hook_failures
+DELETE FROM lapse_hook_failures WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_outbox
+DELETE FROM lapse_outbox WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_idempotency_keys
+DELETE FROM lapse_idempotency_keys WHERE order_id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_delete_orders
+DELETE FROM lapse_orders WHERE id IN (SELECT value FROM json_each(?1));
+
+-- name: retention_done_stock_tasks
+-- Params: before, limit. DONE tasks whose order is gone (the audit reads the
+-- others: tasks_match_status).
+DELETE FROM lapse_stock_tasks WHERE id IN (
+    SELECT t.id FROM lapse_stock_tasks t
+    WHERE t.status = 'DONE' AND t.done_at < ?1 AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = t.order_id)
+    LIMIT ?2);
+
+-- name: retention_done_order_commands
+DELETE FROM lapse_order_commands WHERE id IN (
+    SELECT id FROM lapse_order_commands WHERE status = 'DONE' AND done_at < ?1 LIMIT ?2);
+
+-- name: retention_done_refunds
+-- DONE refunds whose order is gone (the audit reads the others:
+-- refunds_match_attempts).
+DELETE FROM lapse_refunds WHERE payment_id IN (
+    SELECT r.payment_id FROM lapse_refunds r
+    WHERE r.status = 'DONE' AND r.done_at < ?1 AND NOT EXISTS (SELECT 1 FROM lapse_orders o WHERE o.id = r.order_id)
+    LIMIT ?2);
+
+-- name: oldest_finished
+-- Each minimum is the first entry of its partial index.
+-- The earlier of the two is taken in Go (SQLite's MIN of NULL is NULL).
+SELECT (SELECT MIN(paid_at) FROM lapse_orders WHERE paid_at IS NOT NULL),
+       (SELECT MIN(cancelled_at) FROM lapse_orders WHERE cancelled_at IS NOT NULL);

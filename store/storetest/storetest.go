@@ -79,6 +79,7 @@ func Exercise(t *testing.T, newStore Factory) {
 	t.Run("the next deadline skips what the claim skips; a claim never reaches past now", func(t *testing.T) { testClaimAgreesWithNextDeadline(t, newStore) })
 	t.Run("a failing hook's record backs its order off the claim, and the audit warns of it", func(t *testing.T) { testHookFailures(t, newStore) })
 	exerciseMoney(t, newStore)
+	exerciseRetention(t, newStore)
 }
 
 // Create places an order of qty 1 per SKU with the suite's timeout and grace.
