@@ -195,6 +195,7 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		if m.retention, err = newRetention(s.cfg.Retention, s.cfg.Store, s.log, reg); err != nil {
 			return nil, err
 		}
+		m.retention.attempted = s.cfg.ConfirmAfter + time.Minute
 	}
 	return m, nil
 }

@@ -75,11 +75,15 @@ func (c RetentionConfig) on() bool { return c.Orders > 0 || c.Tasks > 0 }
 
 // retention runs the Config.Retention of a Service.
 type retention struct {
-	cfg     RetentionConfig
-	store   store.Retention
-	log     *slog.Logger
-	deleted *prometheus.CounterVec
-	oldest  prometheus.Gauge
+	cfg   RetentionConfig
+	store store.Retention
+	// attempted is how long an order cancelled after a payment attempt is
+	// kept at least: past its confirming gateway query (Config.ConfirmAfter)
+	// with a minute to spare, whatever the retention.
+	attempted time.Duration
+	log       *slog.Logger
+	deleted   *prometheus.CounterVec
+	oldest    prometheus.Gauge
 	// pace waits between two batches of one run; a test's may be instant.
 	pace func(ctx context.Context, d time.Duration) error
 }
@@ -135,7 +139,7 @@ func (r *retention) run(ctx context.Context) {
 func (r *retention) once(ctx context.Context) {
 	if r.cfg.Orders > 0 {
 		r.batches(ctx, "orders", func() (store.PruneResult, bool, error) {
-			res, err := r.store.PruneOrders(ctx, store.PruneOrdersParams{Age: r.cfg.Orders, Limit: r.cfg.Batch})
+			res, err := r.store.PruneOrders(ctx, store.PruneOrdersParams{Age: r.cfg.Orders, Limit: r.cfg.Batch, AttemptedAge: r.attempted})
 			return res, res.Turn && res.Orders >= r.cfg.Batch, err
 		})
 	}

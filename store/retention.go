@@ -45,6 +45,12 @@ type PruneOrdersParams struct {
 	Age time.Duration
 	// Limit is the most orders deleted (1 to 10000).
 	Limit int
+	// AttemptedAge, when longer than Age, is how long an order cancelled
+	// after a payment attempt is kept at least: the service queries the
+	// gateway about it once more ConfirmAfter after the cancel (a payment
+	// that succeeded after all is owed back), and an order deleted before
+	// that would take the news of the money with it.
+	AttemptedAge time.Duration
 }
 
 // PruneTasksParams is one batch of PruneTasks.

@@ -38,9 +38,10 @@ type RetentionExecutor interface {
 	LockRetention(ctx context.Context) (bool, error)
 	// LockFinished locks up to limit finished orders (store.Retention) of
 	// status (PAID or CANCELLED) whose paid_at (cancelled_at) is before
-	// before, the oldest first, skipping rows other transactions hold, and
-	// returns their ids.
-	LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error)
+	// before — a CANCELLED one with a payment attempt before
+	// attemptedBefore too — the oldest first, skipping rows other
+	// transactions hold, and returns their ids.
+	LockFinished(ctx context.Context, status order.Status, before, attemptedBefore time.Time, limit int) ([]string, error)
 	// CarryLedger adds the units of the ledger rows of the orders ids to
 	// the carried totals of their SKUs, by action, and counts the orders
 	// per SKU; the carried rows are written in SKU byte order, updated_at now.
@@ -108,7 +109,7 @@ func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (sto
 			if len(ids) == p.Limit {
 				break
 			}
-			some, err := re.LockFinished(ctx, st, now.Add(-p.Age), p.Limit-len(ids))
+			some, err := re.LockFinished(ctx, st, now.Add(-p.Age), now.Add(-max(p.Age, p.AttemptedAge)), p.Limit-len(ids))
 			if err != nil {
 				return fmt.Errorf("lock finished %s orders: %w", st, err)
 			}

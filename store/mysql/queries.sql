@@ -1027,9 +1027,12 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED;
 
 -- name: lock_finished_cancelled
--- lock_finished_paid's twin for orders cancelled before the time.
+-- lock_finished_paid's twin for orders cancelled before the first time;
+-- one with a payment attempt only when cancelled before the second too (its
+-- confirming gateway query is done).
 SELECT o.id FROM lapse_orders o
 WHERE o.cancelled_at < ? AND o.status = 'CANCELLED' AND NOT o.refund_required
+  AND (o.cancelled_at < ? OR NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id))
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
   AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
   AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')

@@ -27,8 +27,11 @@ func (e executor) LockRetention(ctx context.Context) (bool, error) {
 }
 
 // LockFinished implements core.RetentionExecutor.
-func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+func (e executor) LockFinished(ctx context.Context, status order.Status, before, attemptedBefore time.Time, limit int) ([]string, error) {
 	name := "lock_finished_" + strings.ToLower(string(status))
+	if status == order.Cancelled {
+		return e.queryIDs(ctx, q.Get(name), before, attemptedBefore, limit)
+	}
 	return e.queryIDs(ctx, q.Get(name), before, limit)
 }
 

@@ -28,9 +28,13 @@ func (e executor) LockRetention(ctx context.Context) (bool, error) {
 }
 
 // LockFinished implements core.RetentionExecutor.
-func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+func (e executor) LockFinished(ctx context.Context, status order.Status, before, attemptedBefore time.Time, limit int) ([]string, error) {
 	name := "lock_finished_" + strings.ToLower(string(status))
-	rows, err := e.db.Query(ctx, q.Get(name), before, limit)
+	args := []any{before, limit}
+	if status == order.Cancelled {
+		args = append(args, attemptedBefore)
+	}
+	rows, err := e.db.Query(ctx, q.Get(name), args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}

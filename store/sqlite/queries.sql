@@ -792,9 +792,12 @@ ORDER BY o.paid_at
 LIMIT ?2;
 
 -- name: lock_finished_cancelled
--- lock_finished_paid's twin for orders cancelled before ?1.
+-- lock_finished_paid's twin for orders cancelled before ?1; one with a
+-- payment attempt only when cancelled before ?3 too (its confirming gateway
+-- query is done).
 SELECT o.id FROM lapse_orders o
 WHERE o.cancelled_at < ?1 AND o.status = 'CANCELLED' AND o.refund_required = 0
+  AND (o.cancelled_at < ?3 OR NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id))
   AND NOT EXISTS (SELECT 1 FROM lapse_payments p WHERE p.order_id = o.id AND p.status IN ('PENDING', 'REFUND_REQUIRED'))
   AND NOT EXISTS (SELECT 1 FROM lapse_stock_tasks t WHERE t.order_id = o.id AND t.status <> 'DONE')
   AND NOT EXISTS (SELECT 1 FROM lapse_order_commands c WHERE c.order_id = o.id AND c.status <> 'DONE')

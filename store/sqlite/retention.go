@@ -21,9 +21,13 @@ func (e executor) LockRetention(context.Context) (bool, error) { return true, ni
 
 // LockFinished implements core.RetentionExecutor: the rows are the
 // writer's until it commits.
-func (e executor) LockFinished(ctx context.Context, status order.Status, before time.Time, limit int) ([]string, error) {
+func (e executor) LockFinished(ctx context.Context, status order.Status, before, attemptedBefore time.Time, limit int) ([]string, error) {
 	name := "lock_finished_" + strings.ToLower(string(status))
-	return sqlrows.Collect(ctx, e.db, q.Get(name), []any{ms(before), limit}, func(r *sql.Rows) (string, error) {
+	args := []any{ms(before), limit}
+	if status == order.Cancelled {
+		args = append(args, ms(attemptedBefore))
+	}
+	return sqlrows.Collect(ctx, e.db, q.Get(name), args, func(r *sql.Rows) (string, error) {
 		var id string
 		return id, r.Scan(&id)
 	})

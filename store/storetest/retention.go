@@ -22,6 +22,7 @@ import (
 // deadlocks.
 func exerciseRetention(t *testing.T, newStore Factory) {
 	t.Run("retention: finished orders go with their rows; open, flagged, undelivered and unsettled ones stay", func(t *testing.T) { testRetentionOrders(t, newStore) })
+	t.Run("retention: an order cancelled after a payment attempt stays until its confirming gateway query is past", func(t *testing.T) { testRetentionAttempted(t, newStore) })
 	t.Run("retention: DONE tasks no order reads go, DEAD ones stay", func(t *testing.T) { testRetentionTasks(t, newStore) })
 	t.Run("retention: batches beside creates, cancels and the relay never deadlock", func(t *testing.T) { testRetentionConcurrent(t, newStore) })
 }
@@ -441,5 +442,54 @@ func testRetentionConcurrent(t *testing.T, newStore Factory) {
 	if _, _, ok, err := s.OldestFinished(ctx); err != nil || ok {
 		t.Errorf("a finished order is left after draining (%v)", err)
 	}
+	AuditOK(t, s)
+}
+
+// testRetentionAttempted: the service queries the gateway once more about
+// an order cancelled after a payment attempt (ConfirmAfter after the
+// cancel: a success after all is money owed back), so such an order is
+// kept for AttemptedAge even when the retention is shorter; an order
+// cancelled with no attempt goes at the retention.
+func testRetentionAttempted(t *testing.T, newStore Factory) {
+	clk := clock.NewFake(t0)
+	s := newStore(t, clk)
+	ctx := context.Background()
+	Stock(t, s, 100, "a")
+	if err := s.RegisterSinks(ctx, []string{"s"}); err != nil {
+		t.Fatal(err)
+	}
+	Create(t, s, "plain", "a")
+	into(t, s, "plain", order.Cancelled)
+	Create(t, s, "attempted", "a")
+	if _, err := s.StartPayment(ctx, store.StartPaymentParams{OrderID: "attempted", PaymentID: "attempted-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FailPayment(ctx, store.PaymentParams{OrderID: "attempted", PaymentID: "attempted-1"}); err != nil {
+		t.Fatal(err)
+	}
+	into(t, s, "attempted", order.Cancelled)
+	deliverAll(t, s, "s")
+	const age, attempted = time.Minute, 3 * time.Minute
+	pruneAt := func() store.PruneResult {
+		t.Helper()
+		res, err := s.PruneOrders(ctx, store.PruneOrdersParams{Age: age, AttemptedAge: attempted, Limit: 100})
+		if err != nil || !res.Turn {
+			t.Fatalf("prune orders: %+v, %v", res, err)
+		}
+		return res
+	}
+	clk.Advance(age + time.Second)
+	if res := pruneAt(); res.Orders != 1 {
+		t.Fatalf("past the retention, %d orders went, want the one cancelled with no attempt", res.Orders)
+	}
+	wantGone(t, s, "plain")
+	if o := get(t, s, "attempted"); o.Status != order.Cancelled {
+		t.Fatalf("the order cancelled after an attempt: %+v", o)
+	}
+	clk.Advance(attempted - age)
+	if res := pruneAt(); res.Orders != 1 {
+		t.Fatalf("past AttemptedAge, %d orders went, want the one cancelled after an attempt", res.Orders)
+	}
+	wantGone(t, s, "attempted")
 	AuditOK(t, s)
 }
