@@ -17,6 +17,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -122,6 +123,30 @@ type Config struct {
 	AllowedLag time.Duration
 	// Progress receives a live line every 500 ms (nil for none).
 	Progress io.Writer
+	// Trimmed says retention deletes finished orders during the run (a
+	// soak): the rows cannot be listed at the end, so the cancels are
+	// counted, and their lateness estimated, from the service's metrics
+	// (histogram_quantile over lapse_cancel_lateness_seconds's buckets;
+	// Result.LatenessFrom "metrics"), and the audit checks what is kept.
+	Trimmed bool
+	// SampleTables, when set, is called every SampleEvery (default 1
+	// minute) and once at the end: the rows and bytes of the store's
+	// tables, for Result.Tables.
+	SampleTables func(ctx context.Context) ([]TableSize, error)
+	SampleEvery  time.Duration
+}
+
+// TableSize is one table's size at a sample.
+type TableSize struct {
+	Table string `json:"table"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+// TableSample is the store's tables at a moment of the run.
+type TableSample struct {
+	AtSeconds float64     `json:"at_seconds"` // from the start of the run
+	Tables    []TableSize `json:"tables"`
 }
 
 // Fault is something done to the system under test at a time in the run.
@@ -347,6 +372,16 @@ type Result struct {
 	// Commands is what the order service answered, from the store
 	// (Config.OrderService).
 	Commands *CommandsResult `json:"commands,omitempty"`
+	// LatenessFrom says where LatenessMS comes from: "rows" (each
+	// cancelled order's cancelled_at − cancel_after) or "metrics" (a
+	// Trimmed run: estimated from the service's histogram).
+	LatenessFrom string `json:"lateness_from"`
+	// Tables are the store's table sizes sampled during the run
+	// (Config.SampleTables).
+	Tables []TableSample `json:"tables,omitempty"`
+	// RetentionDeleted counts the orders retention deleted during the run
+	// (Config.Trimmed).
+	RetentionDeleted int `json:"retention_deleted,omitempty"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
@@ -448,6 +483,7 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	r.abort = abort
 	r.start = time.Now()
 	stopProgress := progress(r.cfg.Progress, r.line)
+	stopSampling := r.sampleTables(wctx, &res)
 	stopFaults := r.injectFaults(wctx)
 	stopKiller := r.killer(wctx)
 
@@ -461,6 +497,8 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	if r.err() == nil {
 		if r.cfg.OrderService != nil {
 			cancelled, err = r.waitCommands(wctx, &res)
+		} else if r.cfg.Trimmed {
+			err = r.waitCounted(wctx)
 		} else {
 			cancelled, err = r.waitCancels(wctx)
 		}
@@ -471,6 +509,7 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	stopKiller()
 	stopFaults()
 	stopProgress()
+	stopSampling()
 	if r.cfg.Relay != nil && r.cfg.RelayStore != nil && r.err() == nil {
 		left, err := WaitRelayed(wctx, r.cfg.RelayStore, r.cfg.RelaySinks, r.cfg.Wait)
 		if err != nil {
@@ -516,6 +555,15 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	}
 	res.Cancelled = len(cancelled)
 	res.LatenessMS = percentiles(late)
+	res.LatenessFrom = "rows"
+	if r.cfg.Trimmed {
+		if c, err := r.t.counts(ctx); err == nil {
+			c = c.minus(r.base)
+			res.Cancelled, res.LatenessFrom, res.RetentionDeleted = int(c.cancelled), "metrics", int(c.retained)
+			ms := func(q float64) float64 { return c.lateness.quantile(q) * 1000 }
+			res.LatenessMS = Percentiles{P50: ms(0.5), P90: ms(0.9), P99: ms(0.99), P999: ms(0.999), Max: ms(1)}
+		}
+	}
 	if !lastCancel.IsZero() {
 		res.DrainSeconds = lastCancel.Sub(lastDue).Seconds()
 	}
@@ -666,4 +714,76 @@ func percentiles(v []float64) Percentiles {
 		return s[max(0, min(i, len(s)-1))]
 	}
 	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), P999: at(0.999), Max: s[len(s)-1]}
+}
+
+// waitCounted waits, for a Trimmed run, until the service's metrics count
+// a timeout cancel of every order the run did not pay, or Wait has passed
+// since the last deadline (an error).
+func (r *run) waitCounted(ctx context.Context) error {
+	want := r.created.Load() - r.paid.Load()
+	r.mu.Lock()
+	deadline := later(r.lastDue, time.Now()).Add(r.cfg.Wait)
+	r.mu.Unlock()
+	for {
+		c, err := r.t.counts(ctx)
+		if err != nil {
+			return err
+		}
+		n := int64(c.minus(r.base).cancelled)
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: only %d of %d unpaid orders cancelled %s after the last deadline", n, want, r.cfg.Wait)
+		}
+		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// sampleTables samples the store's tables every SampleEvery into
+// res.Tables, and once more when stopped.
+func (r *run) sampleTables(ctx context.Context, res *Result) (stop func()) {
+	if r.cfg.SampleTables == nil {
+		return func() {}
+	}
+	every := cmp.Or(r.cfg.SampleEvery, time.Minute)
+	var mu sync.Mutex
+	sample := func() {
+		ts, err := r.cfg.SampleTables(context.WithoutCancel(ctx))
+		if err != nil {
+			if r.cfg.Progress != nil {
+				fmt.Fprintf(r.cfg.Progress, "bench: sampling the tables: %v\n", err)
+			}
+			return
+		}
+		mu.Lock()
+		res.Tables = append(res.Tables, TableSample{AtSeconds: time.Since(r.start).Seconds(), Tables: ts})
+		mu.Unlock()
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		sample()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				sample()
+			case <-done:
+				sample()
+				return
+			}
+		}
+	})
+	return func() {
+		select {
+		case <-done:
+		default:
+			close(done)
+		}
+		wg.Wait()
+	}
 }

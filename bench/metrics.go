@@ -19,6 +19,7 @@ const (
 	metricSweepCaught = "lapse_sweep_caught_total"
 	metricCommands    = "lapse_order_commands_total"
 	metricHandoffs    = "lapse_order_command_handoffs_total"
+	metricRetention   = "lapse_retention_deleted_total"
 )
 
 // counts is what the harness reads from the service's metrics while it runs:
@@ -33,6 +34,8 @@ type counts struct {
 	// handoffs counts the cancel batches whose commands the dispatcher
 	// took as written (held) or not (busy).
 	handoffsHeld, handoffsBusy float64
+	// retained counts the orders retention deleted.
+	retained float64
 }
 
 func (c *counts) addHandoff(outcome string, v float64) {
@@ -59,6 +62,7 @@ func (c counts) minus(base counts) counts {
 		commandsFinal: c.commandsFinal - base.commandsFinal,
 		handoffsHeld:  c.handoffsHeld - base.handoffsHeld,
 		handoffsBusy:  c.handoffsBusy - base.handoffsBusy,
+		retained:      c.retained - base.retained,
 	}
 }
 
@@ -71,6 +75,7 @@ func (c counts) plus(o counts) counts {
 		commandsFinal: c.commandsFinal + o.commandsFinal,
 		handoffsHeld:  c.handoffsHeld + o.handoffsHeld,
 		handoffsBusy:  c.handoffsBusy + o.handoffsBusy,
+		retained:      c.retained + o.retained,
 	}
 }
 
@@ -175,6 +180,14 @@ func gatherCounts(g prometheus.Gatherer) (counts, error) {
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "outcome" {
 						c.addHandoff(l.GetValue(), m.GetCounter().GetValue())
+					}
+				}
+			}
+		case metricRetention:
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "table" && l.GetValue() == "orders" {
+						c.retained += m.GetCounter().GetValue()
 					}
 				}
 			}

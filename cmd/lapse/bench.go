@@ -87,6 +87,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	taskWorkers := fs.Int("task-workers", 2, "with --inventory: batches of stock tasks the dispatcher sends at once (lapse serve --task-workers; 1 to 64)")
 	sinkFl := addSinkFlags(fs)
 	osFl := addBenchOrderServiceFlags(fs)
+	// A soak with retention: the in-process service deletes finished
+	// orders as lapse serve would (the same flags), and the run samples
+	// the tables' sizes each minute.
+	retFl := addRetentionFlags(fs)
 	relayDrain := fs.Int("relay-drain", 0, "with --sink: before the run, write this many orders' events with no relay running, then time one relay emptying them into each sink, beside a plain publisher to the same broker (the ceiling)")
 	wait := fs.Duration("wait", time.Minute, positive, "how long past the last deadline to wait for every cancel")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (no progress line)")
@@ -140,6 +144,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--sink is the in-process service's; with --target the server's own sinks run (lapse serve --sink)")
 		case given["grace"]:
 			return usage("--grace is the in-process service's; with --target the server's applies (lapse serve --grace)")
+		case given["order-retention"] || given["task-retention"]:
+			return usage("--order-retention and --task-retention are the in-process service's; with --target the server's own retention runs (lapse serve --order-retention)")
 		case *payRatio > 0 && *callbackSecret == "":
 			return usage("--pay-ratio %v with --target: payments need --callback-secret (the server's), to sign the success callbacks", *payRatio)
 		}
@@ -147,6 +153,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usage("--target %q: want http://host:port", redact.URL(*target))
 		}
 	}
+	retention, rerr := retFl.config()
+	if rerr != nil {
+		return usage("%v", rerr)
+	}
+	cfg.Trimmed = retention.Orders > 0
 	if *taskWorkers < 1 || *taskWorkers > 64 {
 		return usage("--task-workers %d: want 1 to 64", *taskWorkers)
 	}
@@ -229,6 +240,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		progress = nil
 	}
 	cfg.Progress = progress
+	if (retention.Orders > 0 || *duration >= time.Minute) && *storeURL != "" {
+		cfg.SampleTables = pgTables(*storeURL) // a soak: the tables' growth, or its absence
+	}
 
 	var (
 		t        bench.Target
@@ -378,7 +392,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			cfg.OrderService = &bench.OrderService{Store: st}
 		}
 		t = bench.InProcess(st, func() (*lapse.Service, error) {
-			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace}
+			c := lapse.Config{Store: st, Sinks: sinks, Outbox: outboxCfg, Logger: logger, Grace: *grace, Retention: retention}
 			withBenchInventory(&c, cfg.Inventory, invClient, *taskWorkers)
 			osFl.configure(&c, osClient)
 			if rdb != nil {
@@ -545,10 +559,19 @@ func printBench(w io.Writer, res bench.Result) {
 		fmt.Fprintf(w, " (%d of them too late to pay)", res.PayMissed)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "lateness ms   p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f\n",
+	fmt.Fprintf(w, "lateness ms   p50 %.0f  p90 %.0f  p99 %.0f  p99.9 %.0f  max %.0f",
 		res.LatenessMS.P50, res.LatenessMS.P90, res.LatenessMS.P99, res.LatenessMS.P999, res.LatenessMS.Max)
-	fmt.Fprintf(w, "early         %d\n", res.Early)
-	fmt.Fprintf(w, "drain         last cancel %.3fs after the last deadline\n", res.DrainSeconds)
+	if res.LatenessFrom == "metrics" {
+		fmt.Fprint(w, " (retention deleted the rows: estimated from lapse_cancel_lateness_seconds's buckets)")
+	} else {
+		fmt.Fprintf(w, "\nearly         %d", res.Early)
+		fmt.Fprintf(w, "\ndrain         last cancel %.3fs after the last deadline", res.DrainSeconds)
+	}
+	fmt.Fprintln(w)
+	if res.RetentionDeleted > 0 {
+		fmt.Fprintf(w, "retention     %d orders deleted during the run\n", res.RetentionDeleted)
+	}
+	printTables(w, res.Tables)
 	if res.DBStatementsPerOrder != nil {
 		fmt.Fprintf(w, "db statements %.1f per order\n", *res.DBStatementsPerOrder)
 	} else {
@@ -615,4 +638,19 @@ func printBench(w io.Writer, res bench.Result) {
 		fmt.Fprintf(w, "audit warns   %s\n", strings.Join(res.Audit.Warnings, ", "))
 	}
 	fmt.Fprintf(w, "took          %.1fs\n", res.Seconds)
+}
+
+// printTables prints the sampled table sizes: per sample, the orders kept
+// and every lapse table's bytes in all.
+func printTables(w io.Writer, samples []bench.TableSample) {
+	for _, sm := range samples {
+		var rows, bytes int64
+		for _, t := range sm.Tables {
+			bytes += t.Bytes
+			if t.Table == "lapse_orders" {
+				rows = t.Rows
+			}
+		}
+		fmt.Fprintf(w, "tables        at %4.0fs: %d orders kept, %.1f MB in %d lapse tables\n", sm.AtSeconds, rows, float64(bytes)/(1<<20), len(sm.Tables))
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lapsehq/lapse/internal/testdb"
 )
 
 // benchCmd runs `lapse bench args…` and returns its stdout, stderr and exit code.
@@ -110,6 +112,35 @@ func TestBenchOpenLoopOnSQLiteReportsTheContractFields(t *testing.T) {
 	// The SQLite store counts its statements: a create alone is 8.
 	if v, ok := res["db_statements_per_order"].(float64); !ok || v < 8 || v > 100 {
 		t.Errorf("db_statements_per_order = %v, want a count from the store", res["db_statements_per_order"])
+	}
+}
+
+// A soak with retention on: the service deletes finished orders while
+// the run goes on, so the cancels are counted and their lateness read from
+// the service's metrics; every unpaid order is still accounted for, the
+// audit of what is kept passes, and the deleted orders are counted. On
+// PostgreSQL the tables are sampled.
+func TestBenchWithRetentionCountsFromTheMetrics(t *testing.T) {
+	t.Parallel()
+	stores := map[string]string{"sqlite": sqliteTemp(t)}
+	if pg := os.Getenv("LAPSE_TEST_POSTGRES"); pg != "" {
+		stores["postgres"] = testdb.PostgresSchema(t)
+	}
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			res := benchJSON(t, "--store", st, "--orders", "600", "--rate", "300", "--timeout", "300ms", "--pay-ratio", "0.3",
+				"--order-retention", "1s", "--retention-interval", "100ms")
+			checkSettled(t, res, 600)
+			if res["lateness_from"] != "metrics" {
+				t.Errorf("lateness_from = %v, want metrics (retention deleted the rows)", res["lateness_from"])
+			}
+			if got, _ := res["retention_deleted"].(float64); got < 1 {
+				t.Errorf("retention_deleted = %v, want the orders retention deleted during the run", res["retention_deleted"])
+			}
+			if tables, _ := res["tables"].([]any); name == "postgres" && len(tables) < 2 {
+				t.Errorf("tables = %v, want a sample at the start and one at the end", res["tables"])
+			}
+		})
 	}
 }
 
