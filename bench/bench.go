@@ -376,6 +376,10 @@ type Result struct {
 	// cancelled order's cancelled_at − cancel_after) or "metrics" (a
 	// Trimmed run: estimated from the service's histogram).
 	LatenessFrom string `json:"lateness_from"`
+	// LatenessMetricsMS is the lateness as the service's histogram tells
+	// it (histogram_quantile over its buckets): how a Trimmed run's compares
+	// with a run that lists its rows. Nil when the target exports none.
+	LatenessMetricsMS *Percentiles `json:"lateness_metrics_ms,omitempty"`
 	// Tables are the store's table sizes sampled during the run
 	// (Config.SampleTables).
 	Tables []TableSample `json:"tables,omitempty"`
@@ -556,12 +560,15 @@ func (r *run) do(ctx context.Context) (Result, error) {
 	res.Cancelled = len(cancelled)
 	res.LatenessMS = percentiles(late)
 	res.LatenessFrom = "rows"
-	if r.cfg.Trimmed {
-		if c, err := r.t.counts(ctx); err == nil {
-			c = c.minus(r.base)
+	if c, err := r.t.counts(ctx); err == nil {
+		c = c.minus(r.base)
+		ms := func(q float64) float64 { return c.lateness.quantile(q) * 1000 }
+		if p := (Percentiles{P50: ms(0.5), P90: ms(0.9), P99: ms(0.99), P999: ms(0.999), Max: ms(1)}); !math.IsNaN(p.P50) {
+			res.LatenessMetricsMS = &p
+		}
+		if r.cfg.Trimmed && res.LatenessMetricsMS != nil {
 			res.Cancelled, res.LatenessFrom, res.RetentionDeleted = int(c.cancelled), "metrics", int(c.retained)
-			ms := func(q float64) float64 { return c.lateness.quantile(q) * 1000 }
-			res.LatenessMS = Percentiles{P50: ms(0.5), P90: ms(0.9), P99: ms(0.99), P999: ms(0.999), Max: ms(1)}
+			res.LatenessMS = *res.LatenessMetricsMS
 		}
 	}
 	if !lastCancel.IsZero() {
