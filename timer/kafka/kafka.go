@@ -257,9 +257,15 @@ type Scheduler struct {
 	seed    atomic.Pointer[func(context.Context) error]
 	running atomic.Bool
 	wake    chan struct{} // wakes the loss check
+	restart chan struct{} // the loss check created topics again: Run's consumers start afresh
 
 	mu  sync.Mutex
 	ids map[string]kadm.TopicID // the topics' IDs as last seen
+
+	// killAfterForward, when set (tests), is asked after each forward's
+	// produce was acknowledged; true makes the ladder stop there, as if
+	// its process died before committing.
+	killAfterForward func() bool
 
 	stats struct {
 		scheduled, forwarded, delivered, retried, unscheduled, losses, sentBack atomic.Uint64
@@ -291,6 +297,7 @@ func New(ctx context.Context, cfg Config) (*Scheduler, error) {
 		dueTopic: cfg.Prefix + ".due",
 		marker:   cfg.Prefix + ".seeded",
 		wake:     make(chan struct{}, 1),
+		restart:  make(chan struct{}, 1),
 		ids:      map[string]kadm.TopicID{},
 	}
 	for _, d := range cfg.Levels {
@@ -495,8 +502,34 @@ func (s *Scheduler) Run(ctx context.Context, h timer.Handler) error {
 		return errors.New("kafka timers: Run is running already")
 	}
 	defer s.running.Store(false)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	wg.Go(func() {
+		timer.Watch(watchCtx, s.cfg.LossCheck, s.wake, s.checkLoss, func(err error, failures int, retryIn time.Duration) {
+			s.log.Warn("kafka timers: loss check failed", "err", err, "failures", failures, "retry_in", retryIn)
+		})
+	})
+	for {
+		if err := s.consume(ctx, h); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("kafka timers: topics were created again; consuming them afresh")
+	}
+}
+
+// consume runs the ladder's and the due topic's consumers until ctx ends,
+// or until the loss check created topics again (a consumer group does not
+// follow a topic deleted and created under it).
+func (s *Scheduler) consume(ctx context.Context, h timer.Handler) error {
+	select {
+	case <-s.restart: // a restart asked before these consumers existed
+	default:
+	}
 	lad, err := s.newLadder()
 	if err != nil {
 		return err
@@ -506,19 +539,23 @@ func (s *Scheduler) Run(ctx context.Context, h timer.Handler) error {
 		lad.close()
 		return err
 	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { lad.run(runCtx) })
 	wg.Go(func() {
-		timer.Watch(runCtx, s.cfg.LossCheck, s.wake, s.checkLoss, func(err error, failures int, retryIn time.Duration) {
-			s.log.Warn("kafka timers: loss check failed", "err", err, "failures", failures, "retry_in", retryIn)
-		})
+		select {
+		case <-s.restart:
+			cancel()
+		case <-runCtx.Done():
+		}
 	})
 	d.run(runCtx)
 	cancel()
 	wg.Wait()
 	lad.close()
 	d.close()
-	return ctx.Err()
+	return nil
 }
 
 // slogLogger writes franz-go's warnings and errors to a slog.Logger.

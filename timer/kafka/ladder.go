@@ -100,7 +100,10 @@ func (l *ladder) run(ctx context.Context) {
 		case <-l.changed:
 		case <-t.C:
 		}
-		next := l.forwardDue(ctx)
+		next, dead := l.forwardDue(ctx)
+		if dead {
+			return
+		}
 		if !t.Stop() {
 			select {
 			case <-t.C:
@@ -140,8 +143,8 @@ func (l *ladder) poll(ctx context.Context) {
 
 // forwardDue forwards every queued record at its exit, commits, pauses the
 // partitions that hold enough ahead and resumes the others. It returns when
-// to look again.
-func (l *ladder) forwardDue(ctx context.Context) time.Time {
+// to look again, and whether the ladder died (in tests).
+func (l *ladder) forwardDue(ctx context.Context) (next time.Time, dead bool) {
 	l.fwd.Lock()
 	defer l.fwd.Unlock()
 	now := time.Now()
@@ -194,6 +197,9 @@ func (l *ladder) forwardDue(ctx context.Context) time.Time {
 			}
 		}
 	}
+	if kill := l.s.killAfterForward; kill != nil && len(out) > 0 && kill() {
+		return now, true
+	}
 	if len(done) > 0 {
 		offsets := map[string]map[int32]kgo.EpochOffset{}
 		for k, r := range done {
@@ -215,7 +221,7 @@ func (l *ladder) forwardDue(ctx context.Context) time.Time {
 	// whoever reads the partition next), then pause or resume.
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next := now.Add(time.Minute)
+	next = now.Add(time.Minute)
 	var pause, resume map[string][]int32
 	for k, r := range done {
 		q := l.queues[k]
@@ -250,7 +256,7 @@ func (l *ladder) forwardDue(ctx context.Context) time.Time {
 		// A produce failed: try again shortly.
 		next = earlier(next, time.Now().Add(100*time.Millisecond))
 	}
-	return next
+	return next, false
 }
 
 func addTP(m map[string][]int32, k tp) map[string][]int32 {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ensureTopics creates the scheduler's missing topics and remembers every
@@ -20,19 +21,19 @@ func (s *Scheduler) ensureTopics(ctx context.Context) error {
 
 // ensureTopicsCreated is ensureTopics, reporting whether it created any.
 func (s *Scheduler) ensureTopicsCreated(ctx context.Context) (created bool, err error) {
-	details, err := s.adm.ListTopics(ctx, s.topics()...)
+	details, err := s.describeTopics(ctx)
 	if err != nil {
-		return false, fmt.Errorf("kafka timers: list topics: %w", err)
+		return false, err
 	}
 	var missing []string
 	for _, t := range s.topics() {
 		d, ok := details[t]
-		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		if !ok || errors.Is(d.err, kerr.UnknownTopicOrPartition) {
 			missing = append(missing, t)
 			continue
 		}
-		if d.Err != nil {
-			return false, fmt.Errorf("kafka timers: topic %s: %w", t, d.Err)
+		if d.err != nil {
+			return false, fmt.Errorf("kafka timers: topic %s: %w", t, d.err)
 		}
 	}
 	if len(missing) > 0 {
@@ -44,69 +45,74 @@ func (s *Scheduler) ensureTopicsCreated(ctx context.Context) (created bool, err 
 		if err != nil {
 			return false, fmt.Errorf("kafka timers: create topics: %w", err)
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		for _, r := range resp {
 			if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
 				return false, fmt.Errorf("kafka timers: create topic %s: %w", r.Topic, r.Err)
 			}
+			if r.Err == nil {
+				s.ids[r.Topic] = r.ID
+			}
 		}
 		s.log.Info("kafka timers: created topics", "topics", missing, "partitions", s.cfg.Partitions, "replication", s.cfg.Replication)
-		if details, err = s.waitTopics(ctx); err != nil {
-			return true, err
-		}
+	} else {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for t, d := range details {
-		s.ids[t] = d.ID
+		if d.err == nil {
+			s.ids[t] = d.id
+		}
 	}
 	return len(missing) > 0, nil
 }
 
-// waitTopics waits until every topic has a leader for each partition.
-func (s *Scheduler) waitTopics(ctx context.Context) (kadm.TopicDetails, error) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		details, err := s.adm.ListTopics(ctx, s.topics()...)
-		ready := err == nil
-		if ready {
-			for _, t := range s.topics() {
-				d, ok := details[t]
-				if !ok || d.Err != nil || len(d.Partitions) == 0 {
-					ready = false
-					break
-				}
-				for _, p := range d.Partitions {
-					if p.Leader < 0 || p.Err != nil {
-						ready = false
-					}
-				}
-			}
-		}
-		if ready {
-			return details, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("kafka timers: waiting for the topics' leaders: %w", ctx.Err())
-		case <-time.After(wait):
+// topicState is a topic as the brokers describe it.
+type topicState struct {
+	id  kadm.TopicID
+	err error
+}
+
+// describeTopics asks the brokers about the scheduler's topics, bypassing
+// the client's metadata cache (kadm.ListTopics may answer from it for
+// seconds after a topic was created or deleted).
+func (s *Scheduler) describeTopics(ctx context.Context) (map[string]topicState, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false // the loss check must see a topic missing, not create it bare
+	for _, t := range s.topics() {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, s.prod)
+	if err != nil {
+		return nil, fmt.Errorf("kafka timers: describe topics: %w", err)
+	}
+	states := map[string]topicState{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			states[*t.Topic] = topicState{id: t.TopicID, err: kerr.ErrorForCode(t.ErrorCode)}
 		}
 	}
+	return states, nil
 }
 
 // checkLoss is the data-loss check (see "Durability and data loss" in the
 // package documentation): on a loss it seeds the timers from the store.
 func (s *Scheduler) checkLoss(ctx context.Context) error {
-	details, err := s.adm.ListTopics(ctx, s.topics()...)
+	details, err := s.describeTopics(ctx)
 	if err != nil {
-		return fmt.Errorf("kafka timers: list topics: %w", err)
+		return err
 	}
 	var lost []string
 	s.mu.Lock()
 	for _, t := range s.topics() {
 		d, ok := details[t]
 		switch {
-		case !ok || d.Err != nil:
+		case !ok || d.err != nil:
 			lost = append(lost, "topic "+t+" missing")
-		case d.ID != s.ids[t]:
+		case d.id != s.ids[t]:
 			lost = append(lost, "topic "+t+" recreated")
 		}
 	}
@@ -114,6 +120,10 @@ func (s *Scheduler) checkLoss(ctx context.Context) error {
 	if len(lost) > 0 {
 		if _, err := s.ensureTopicsCreated(ctx); err != nil {
 			return err
+		}
+		select {
+		case s.restart <- struct{}{}:
+		default:
 		}
 	}
 	deleted, err := s.deletedUnread(ctx)
