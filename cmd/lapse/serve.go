@@ -23,7 +23,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --api-token")
 	storeURL := fs.String("store", "sqlite://lapse.db", storeUsage)
-	timers := fs.Enum("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0, redis-cluster://h1:7000,h2:7001,h3:7002 , amqp://user:pass@host:5672/vhost (a RabbitMQ dead-letter delay ladder) or nats://host:4222 (JetStream message schedules, nats-server 2.12+)", "memory", "sql")
+	timers := fs.Enum("timers", "memory", "timer backend: memory (in-process heap), sql (the orders table, claimed with SKIP LOCKED), redis://host:6379/0, redis-cluster://h1:7000,h2:7001,h3:7002 , amqp://user:pass@host:5672/vhost (a RabbitMQ dead-letter delay ladder), nats://host:4222 (JetStream message schedules, nats-server 2.12+) or kafka://host:9092,host:9092/prefix (delay-level topics)", "memory", "sql")
 	redisPrefix := fs.String("redis-prefix", redis.DefaultPrefix, "with Redis timers: the prefix of every key; deployments that share one Redis database need different ones (no '{' or '}')")
 	sweepInterval := fs.Duration("sweep-interval", 30*time.Second, span{zero: "off", min: 10 * time.Millisecond}, "how often the fallback sweep looks for orders a timer backend lost (0 disables)")
 	sweepLag := fs.Duration("sweep-lag", 10*time.Second, none, "how overdue an order must be before the fallback sweep takes it (may be 0)")
