@@ -135,7 +135,9 @@ func (d *delivery) revoke(ctx context.Context, _ *kgo.Client, ps map[string][]in
 	for !d.closing && time.Since(start) < d.holdUpTo+settleTimeout && d.unfinished(ps) {
 		d.cond.Wait()
 	}
-	offsets := d.points(ps)
+	// Committed here even where a commit of the loop is in flight: the
+	// partition's next owner reads the offset once this returns.
+	offsets := d.points(ps, true)
 	for t, parts := range ps {
 		for _, p := range parts {
 			delete(d.parts, tp{t, p})
@@ -170,14 +172,14 @@ func (d *delivery) unfinished(ps map[string][]int32) bool {
 }
 
 // points are the offsets to commit of ps (every partition when nil) that
-// moved since their last commit; call under d.mu.
-func (d *delivery) points(ps map[string][]int32) map[string]map[int32]kgo.EpochOffset {
+// moved since their last commit, or all of them with force; call under d.mu.
+func (d *delivery) points(ps map[string][]int32, force bool) map[string]map[int32]kgo.EpochOffset {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	for k, pr := range d.parts {
 		if ps != nil && !containsTP(ps, k) {
 			continue
 		}
-		if !pr.known || pr.point() <= pr.committed {
+		if !pr.known || !force && pr.point() <= pr.committed {
 			continue
 		}
 		if offsets[k.topic] == nil {
@@ -206,8 +208,19 @@ func (d *delivery) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	d.cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			d.s.log.Warn("kafka timers: commit the due topic's offsets failed (its delivered timers may be delivered again)", "err", err)
+		if err == nil {
+			return
+		}
+		d.s.log.Warn("kafka timers: commit the due topic's offsets failed (its delivered timers may be delivered again)", "err", err)
+		// Committed again with the next points, moved or not.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for t, ps := range offsets {
+			for p := range ps {
+				if pr := d.parts[tp{t, p}]; pr != nil {
+					pr.committed = -1
+				}
+			}
 		}
 	})
 }
@@ -216,7 +229,7 @@ func (d *delivery) close() {
 	d.mu.Lock()
 	d.closing = true
 	d.cond.Broadcast()
-	offsets := d.points(nil)
+	offsets := d.points(nil, true)
 	d.mu.Unlock()
 	d.commit(context.Background(), offsets)
 	d.cl.Close()
@@ -339,7 +352,7 @@ func (d *delivery) run(ctx context.Context) {
 			}
 		}
 		d.mu.Lock()
-		offsets := d.points(nil)
+		offsets := d.points(nil, false)
 		d.mu.Unlock()
 		d.commit(ctx, offsets)
 
