@@ -6,3 +6,6 @@ func SetKillAfterForward(s *Scheduler, kill func() bool) { s.killAfterForward = 
 
 // Forwarded is how many timers s's ladder forwarded.
 func Forwarded(s *Scheduler) uint64 { return s.stats.forwarded.Load() }
+
+// Paused is how many times s's ladder paused a partition.
+func Paused(s *Scheduler) uint64 { return s.stats.paused.Load() }

@@ -268,7 +268,7 @@ type Scheduler struct {
 	killAfterForward func() bool
 
 	stats struct {
-		scheduled, forwarded, delivered, retried, unscheduled, losses, sentBack atomic.Uint64
+		scheduled, forwarded, paused, delivered, retried, unscheduled, losses, sentBack atomic.Uint64
 	}
 }
 

@@ -247,6 +247,9 @@ func (l *ladder) forwardDue(ctx context.Context) (next time.Time, dead bool) {
 		l.paused[k] = wantPause
 	}
 	if len(pause) > 0 {
+		for _, ps := range pause {
+			l.s.stats.paused.Add(uint64(len(ps)))
+		}
 		l.cl.PauseFetchPartitions(pause)
 	}
 	if len(resume) > 0 {

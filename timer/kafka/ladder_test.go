@@ -147,13 +147,15 @@ func TestKilledAfterForwardRedelivers(t *testing.T) {
 	t.Logf("%d timers delivered, %d of them twice; the second instance forwarded %d", n, twice, kafkatimer.Forwarded(b))
 }
 
-// A timer several levels away walks the whole ladder, top level more than
-// once, and arrives at its due time, not before.
+// A timer several levels away walks the ladder, the top level more than
+// once, and arrives at its due time, not before; the top level (longer than
+// what a consumer keeps in hand) pauses its partitions until their heads
+// leave.
 func TestFarTimerArrivesNotEarly(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	cfg := testConfig(c)
-	cfg.Levels = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 800 * time.Millisecond}
+	cfg.Levels = []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 1500 * time.Millisecond}
 	s := mustNew(t, cfg)
 	got := newDeliveries()
 	run(t, s, got.handler)
@@ -186,10 +188,15 @@ func TestFarTimerArrivesNotEarly(t *testing.T) {
 		}
 		t.Logf("%s: %v after its due time", k, at[0].Sub(due))
 	}
-	// 3 s with a 50 ms lead: 3 × 800 ms + 2 × 200 ms + 3 × 50 ms at least.
-	if f := kafkatimer.Forwarded(s); f < 3*6 {
+	// Each waits in the 1.5 s level and in at least two more levels (3 s
+	// less the 50 ms lead is 2.95 s: 1.5 s, then 1.45 s in the lower ones).
+	if f := kafkatimer.Forwarded(s); f < 3*3 {
 		t.Errorf("the ladder forwarded %d times for 3 timers: they skipped levels", f)
 	}
+	if kafkatimer.Paused(s) == 0 {
+		t.Error("no partition of the 1.5 s level was paused")
+	}
+	t.Logf("%d forwards, %d pauses", kafkatimer.Forwarded(s), kafkatimer.Paused(s))
 }
 
 // The loss check seeds the timers from the store when the topics are new
