@@ -423,6 +423,23 @@ func (s *Scheduler) record(key string, due, at time.Time, attempt int, now time.
 	return r
 }
 
+// produceEach produces recs and returns each one's error, in recs' order
+// (ProduceSync's results come in the order the brokers answered).
+func (s *Scheduler) produceEach(ctx context.Context, recs []*kgo.Record) []error {
+	errs := make([]error, len(recs))
+	if len(recs) == 0 {
+		return errs
+	}
+	byRec := make(map[*kgo.Record]error, len(recs))
+	for _, r := range s.prod.ProduceSync(ctx, recs...) {
+		byRec[r.Record] = r.Err
+	}
+	for i, r := range recs {
+		errs[i] = byRec[r]
+	}
+	return errs
+}
+
 // forward is the record that carries rec's timer on from its level at now.
 func (s *Scheduler) forward(rec *kgo.Record, now time.Time) (*kgo.Record, error) {
 	t, at, err := decode(rec)

@@ -168,10 +168,7 @@ func (l *ladder) forwardDue(ctx context.Context) (next time.Time, dead bool) {
 			out = append(out, it.out)
 		}
 	}
-	var results kgo.ProduceResults
-	if len(out) > 0 {
-		results = l.s.prod.ProduceSync(ctx, out...)
-	}
+	errs := l.s.produceEach(ctx, out)
 	done := map[tp]*kgo.Record{} // the last record forwarded, per partition
 	failed := map[tp]bool{}
 	i := 0
@@ -179,7 +176,7 @@ func (l *ladder) forwardDue(ctx context.Context) (next time.Time, dead bool) {
 		k := tp{it.src.Topic, it.src.Partition}
 		ok := true
 		if it.out != nil {
-			if err := results[i].Err; err != nil {
+			if err := errs[i]; err != nil {
 				ok = false
 				if !failed[k] && ctx.Err() == nil {
 					l.s.log.Warn("kafka timers: forward a timer failed; trying again", "topic", k.topic, "partition", k.partition, "err", err)

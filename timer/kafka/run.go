@@ -402,11 +402,10 @@ func (d *delivery) handle(ctx context.Context, batch []*pending, held *byAt) {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	results := d.s.prod.ProduceSync(sctx, recs...)
 	var sent []*pending
-	for i, r := range results {
+	for i, err := range d.s.produceEach(sctx, recs) {
 		p := batch[i]
-		if r.Err == nil {
+		if err == nil {
 			sent = append(sent, p)
 			d.s.stats.retried.Add(1)
 			continue
@@ -430,8 +429,8 @@ func (d *delivery) sendBack(ctx context.Context, early []*pending, held *byAt) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var sent []*pending
-	for i, r := range d.s.prod.ProduceSync(sctx, recs...) {
-		if r.Err == nil {
+	for i, err := range d.s.produceEach(sctx, recs) {
+		if err == nil {
 			sent = append(sent, early[i])
 			d.s.stats.sentBack.Add(1)
 			continue
