@@ -225,6 +225,14 @@ func (d *delivery) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 	})
 }
 
+// commitMoved commits the partitions whose point moved.
+func (d *delivery) commitMoved(ctx context.Context) {
+	d.mu.Lock()
+	offsets := d.points(nil, false)
+	d.mu.Unlock()
+	d.commit(ctx, offsets)
+}
+
 func (d *delivery) close() {
 	d.mu.Lock()
 	d.closing = true
@@ -349,12 +357,10 @@ func (d *delivery) run(ctx context.Context) {
 			}
 			if len(batch) > 0 {
 				d.handle(ctx, batch, &held)
+				d.commitMoved(ctx) // a burst is committed batch by batch: a crash redelivers one batch
 			}
 		}
-		d.mu.Lock()
-		offsets := d.points(nil, false)
-		d.mu.Unlock()
-		d.commit(ctx, offsets)
+		d.commitMoved(ctx)
 
 		wait := time.Hour
 		if len(held) > 0 {
