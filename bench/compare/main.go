@@ -103,6 +103,11 @@ func specs() []spec {
 			make: func() system { return &lapseNATS{} },
 		},
 		{
+			Name: "lapse-kafka", Config: "defaults: levels 1s,10s,100s,1000s,10000s, lead 200ms, batch 200, 12 partitions; on kfake (3 brokers in this process) unless --kafka",
+			Insert: "Schedule, one call per timer (calls in flight share the producer's requests)",
+			make:   func() system { return &lapseKafka{} },
+		},
+		{
 			Name: "asynq", Config: fmt.Sprintf("defaults: Concurrency %d (CPUs), DelayedTaskCheckInterval 5s, TaskCheckInterval 1s", cpus),
 			Insert: "EnqueueContext + ProcessAt, one call per timer", Server: "redis",
 			make: func() system { return &asynqSystem{} },
@@ -188,6 +193,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		pgURL    = fs.String("postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL for lapse's sql timers and river (a fresh schema per system, dropped after)")
 		amqpURL  = fs.String("amqp", envOr("LAPSE_BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ for lapse's amqp timers and the raw TTL queue, on this machine (queues of the run's own, deleted after; env LAPSE_BENCH_AMQP); empty skips those rows")
 		natsURL  = fs.String("nats", os.Getenv("LAPSE_BENCH_NATS_TIMERS"), "nats-server 2.12+ with JetStream for lapse's nats timers, on this machine (a stream of the run's own, deleted after; env LAPSE_BENCH_NATS_TIMERS); empty skips that row (Debian's nats-server 2.9 has no message schedules)")
+		kafkaURL = fs.String("kafka", os.Getenv("LAPSE_BENCH_KAFKA"), "Kafka brokers (host:9092,host:9093) for lapse's kafka timers (topics under a prefix of the run's own, left behind; env LAPSE_BENCH_KAFKA); empty runs that row on kfake, franz-go's in-process Kafka")
 		sysList  = fs.String("systems", "all", "comma-separated systems to run, or all: "+strings.Join(names(), ","))
 		asJSON   = fs.Bool("json", false, "print the result as JSON instead of a markdown table")
 		out      = fs.String("out", "", "also write the markdown table to this file")
@@ -236,7 +242,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	}
 	e := &env{
 		w:    workload{n: *n, over: *over, lead: *lead},
-		wait: *wait, conc: *conc, redisURL: *redisURL, pgURL: *pgURL, amqpURL: *amqpURL, natsURL: *natsURL,
+		wait: *wait, conc: *conc, redisURL: *redisURL, pgURL: *pgURL, amqpURL: *amqpURL, natsURL: *natsURL, kafkaBrokers: *kafkaURL,
 		run: runID(),
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}

@@ -115,11 +115,14 @@ type env struct {
 	pgURL    string
 	amqpURL  string // "": the amqp rows are skipped
 	natsURL  string // "": the nats row is skipped (it needs nats-server 2.12+)
-	run      string // this run's id: keys, queues and schemas carry it
-	log      *slog.Logger
-	pg       *pgAdmin
-	redis    *redisAdmin
-	procs    serverProcs
+	// kafkaBrokers are the brokers of the kafka row, comma-separated; "":
+	// kfake, in this process.
+	kafkaBrokers string
+	run          string // this run's id: keys, queues and schemas carry it
+	log          *slog.Logger
+	pg           *pgAdmin
+	redis        *redisAdmin
+	procs        serverProcs
 }
 
 // tag makes a system's name fit keys, queue names and schema names.

@@ -57,7 +57,7 @@ var benchFlags = map[string]string{
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
 	storeURL := fs.String("store", "", "store URL (default: a fresh SQLite file in a temporary directory); with --target, the server's store, audited after the run")
-	timers := fs.Enum("timers", "memory", "timer backend of the in-process service: memory, sql, redis://host:6379/0, redis-cluster://h1:7000,…, redis-sentinel://h1:26379,…/0?master=NAME (keys under a prefix of the run's own, deleted afterwards), amqp://user:pass@host:5672/vhost or nats://host:4222", "memory", "sql")
+	timers := fs.Enum("timers", "memory", "timer backend of the in-process service: memory, sql, redis://host:6379/0, redis-cluster://h1:7000,…, redis-sentinel://h1:26379,…/0?master=NAME (keys under a prefix of the run's own, deleted afterwards), amqp://user:pass@host:5672/vhost, nats://host:4222 or kafka://host:9092/prefix", "memory", "sql")
 	target := fs.String("target", "", "drive a running `lapse serve` at this URL (http://host:port) through its HTTP API instead of a service in this process")
 	apiToken := fs.String("api-token", "", "with --target: the server's bearer token")
 	callbackSecret := fs.String("callback-secret", "", "with --target: the server's callback secret, to sign the payment callbacks (needed with --pay-ratio > 0)")

@@ -192,6 +192,8 @@ func TestURLFlagErrorsExitTwo(t *testing.T) {
 		{[]string{"serve", "--timers", "redis://127.0.0.1:6379/notadb"}, "--timers"},
 		{[]string{"serve", "--timers", "nats://"}, "--timers"},
 		{[]string{"serve", "--timers", "amqp://guest:guest@127.0.0.1:5672/?levels=many"}, "--timers"},
+		{[]string{"serve", "--timers", "kafka:///lapse"}, "--timers"},
+		{[]string{"serve", "--timers", "kafka://127.0.0.1:1/lapse?levels=10s,1s"}, "--timers"},
 		{[]string{"serve", "--gateway", "ftp://pay.example"}, "--gateway"},
 		{[]string{"serve", "--gateway", "https://pay.example/?x=1"}, "--gateway"},
 		{[]string{"serve", "--inventory", "amqp://guest:guest@127.0.0.1:5672/?prefix=amq.x"}, "--inventory"},

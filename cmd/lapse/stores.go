@@ -17,6 +17,7 @@ import (
 	"github.com/lapsehq/lapse/store/postgres"
 	"github.com/lapsehq/lapse/store/sqlite"
 	amqptimer "github.com/lapsehq/lapse/timer/amqp"
+	kafkatimer "github.com/lapsehq/lapse/timer/kafka"
 	"github.com/lapsehq/lapse/timer/memory"
 	natstimer "github.com/lapsehq/lapse/timer/nats"
 	"github.com/lapsehq/lapse/timer/redis"
@@ -170,8 +171,10 @@ func checkTimers(spec string) error {
 		_, _, _, err = natstimer.ParseURL(spec)
 	case scheme == "amqp" || scheme == "amqps":
 		_, _, err = amqptimer.ParseURL(spec)
+	case scheme == "kafka":
+		_, err = kafkatimer.ParseURL(spec)
 	default:
-		return badFlag(fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec)))
+		return badFlag(fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222, amqp://user:password@host:5672/vhost or kafka://host:9092,host:9092/prefix)", redact.URL(spec)))
 	}
 	if err != nil {
 		return badFlag(fmt.Errorf("--timers: %w", err))
@@ -243,8 +246,21 @@ func openTimers(cfg *lapse.Config, spec, prefix string) (openedTimers, error) {
 		}
 		cfg.Scheduler = s
 		opened.close, opened.ping, opened.claim = s.Close, s.Ping, s.Claim
+	case scheme == "kafka":
+		// Its brokers, prefix, levels and topics' partitions and
+		// replication come from the URL (kafka://h1:9092,h2:9092/prefix?
+		// levels=&partitions=&replication=…). Brokers that do not answer
+		// within 15 s fail the start.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		s, err := kafkatimer.Open(ctx, spec, kafkatimer.Config{Logger: cfg.Logger})
+		if err != nil {
+			return opened, fmt.Errorf("--timers: %w", err)
+		}
+		cfg.Scheduler = s
+		opened.close, opened.ping = s.Close, s.Ping
 	default:
-		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222 or amqp://user:password@host:5672/vhost)", redact.URL(spec))
+		return opened, fmt.Errorf("--timers %q: unsupported (want memory, sql, redis://host:6379/0, redis-cluster://h1:7000,h2:7001,…, redis-sentinel://h1:26379,h2:26379/0?master=NAME, nats://host:4222, amqp://user:password@host:5672/vhost or kafka://host:9092,host:9092/prefix)", redact.URL(spec))
 	}
 	return opened, nil
 }
