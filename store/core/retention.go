@@ -86,14 +86,17 @@ func retentionOf(e any) (RetentionExecutor, error) {
 // maxPrune bounds a batch.
 const maxPrune = 10000
 
-// PruneOrders implements store.Retention.
-func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (store.PruneResult, error) {
-	if p.Age <= 0 || p.Limit < 1 || p.Limit > maxPrune {
-		return store.PruneResult{}, fmt.Errorf("prune orders: age %s, limit %d: %w", p.Age, p.Limit, store.ErrInvalid)
+// onTurn validates a batch (what: "orders", "tasks"), then runs prune in
+// one transaction on the store's clock holding the retention turn; an
+// instance that finds the turn held returns Turn false and deletes nothing.
+func (s *Store) onTurn(ctx context.Context, what string, age time.Duration, limit int,
+	prune func(re RetentionExecutor, now time.Time, res *store.PruneResult) error) (store.PruneResult, error) {
+	if age <= 0 || limit < 1 || limit > maxPrune {
+		return store.PruneResult{}, fmt.Errorf("prune %s: age %s, limit %d: %w", what, age, limit, store.ErrInvalid)
 	}
 	var res store.PruneResult
 	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
-		res = store.PruneResult{}
+		res = store.PruneResult{} // fresh on every retry
 		re, err := retentionOf(tx.ExecutorTx)
 		if err != nil {
 			return err
@@ -104,6 +107,17 @@ func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (sto
 			}
 			return err
 		}
+		return prune(re, now, &res)
+	})
+	if err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune %s: %w", what, err)
+	}
+	return res, nil
+}
+
+// PruneOrders implements store.Retention.
+func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (store.PruneResult, error) {
+	return s.onTurn(ctx, "orders", p.Age, p.Limit, func(re RetentionExecutor, now time.Time, res *store.PruneResult) error {
 		var ids []string
 		for _, st := range []order.Status{order.Paid, order.Cancelled} {
 			if len(ids) == p.Limit {
@@ -133,32 +147,13 @@ func (s *Store) PruneOrders(ctx context.Context, p store.PruneOrdersParams) (sto
 		res.Orders = int(res.Deleted["orders"])
 		return nil
 	})
-	if err != nil {
-		return store.PruneResult{}, fmt.Errorf("prune orders: %w", err)
-	}
-	return res, nil
 }
 
 // PruneTasks implements store.Retention: one transaction holding the
 // retention turn (two instances' deletes of the same rows could otherwise
 // lock them in different orders), a statement per table.
 func (s *Store) PruneTasks(ctx context.Context, p store.PruneTasksParams) (store.PruneResult, error) {
-	if p.Age <= 0 || p.Limit < 1 || p.Limit > maxPrune {
-		return store.PruneResult{}, fmt.Errorf("prune tasks: age %s, limit %d: %w", p.Age, p.Limit, store.ErrInvalid)
-	}
-	var res store.PruneResult
-	err := s.onClock(ctx, func(tx *Tx, now time.Time) error {
-		res = store.PruneResult{}
-		re, err := retentionOf(tx.ExecutorTx)
-		if err != nil {
-			return err
-		}
-		if res.Turn, err = re.LockRetention(ctx); err != nil || !res.Turn {
-			if err != nil {
-				err = fmt.Errorf("take the retention turn: %w", err)
-			}
-			return err
-		}
+	return s.onTurn(ctx, "tasks", p.Age, p.Limit, func(re RetentionExecutor, now time.Time, res *store.PruneResult) error {
 		res.Deleted = make(map[string]int64, len(DoneTables))
 		for _, t := range DoneTables {
 			n, err := re.DeleteDone(ctx, t, now.Add(-p.Age), p.Limit)
@@ -169,10 +164,6 @@ func (s *Store) PruneTasks(ctx context.Context, p store.PruneTasksParams) (store
 		}
 		return nil
 	})
-	if err != nil {
-		return store.PruneResult{}, fmt.Errorf("prune tasks: %w", err)
-	}
-	return res, nil
 }
 
 // OldestFinished implements store.Retention.
