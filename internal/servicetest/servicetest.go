@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/order"
 )
 
 // stopWait bounds how long Run waits for the service to stop.
@@ -33,4 +34,43 @@ func Run(t testing.TB, svc *lapse.Service) {
 			t.Errorf("Service.Run still running %v after it was stopped", stopWait)
 		}
 	})
+}
+
+// CheckSettled checks each order of ids through svc: the paid ones (paid
+// reports which) PAID, every other one CANCELLED, not before its
+// cancel_after and at most within late after it (counted from its creation
+// when it was created past its deadline). It returns how many were
+// cancelled and the latest of those cancels.
+func CheckSettled(t testing.TB, svc *lapse.Service, ids []string, paid func(i int) bool, within time.Duration) (cancelled int, maxLate time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for i, id := range ids {
+		o, err := svc.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if paid(i) {
+			if o.Status != order.Paid {
+				t.Errorf("%s: paid, now %s", o.ID, o.Status)
+			}
+			continue
+		}
+		if o.Status != order.Cancelled {
+			t.Errorf("%s: %s, want CANCELLED", o.ID, o.Status)
+			continue
+		}
+		cancelled++
+		if o.CancelledAt.Before(o.CancelAfter) {
+			t.Errorf("%s: cancelled %v before cancel_after", o.ID, o.CancelAfter.Sub(o.CancelledAt))
+		}
+		late := o.CancelledAt.Sub(o.CancelAfter)
+		if o.CreatedAt.After(o.CancelAfter) {
+			late = o.CancelledAt.Sub(o.CreatedAt)
+		}
+		if late > within {
+			t.Errorf("%s: cancelled %v after cancel_after, want within %v", o.ID, late, within)
+		}
+		maxLate = max(maxLate, late)
+	}
+	return cancelled, maxLate
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lapsehq/lapse"
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/sqlite"
@@ -41,19 +42,11 @@ func TestServiceCancelsOrdersOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	servicetest.Run(t, svc)
 
 	paid := func(i int) bool { return i%5 == 0 }
 	id := func(i int) string { return fmt.Sprintf("o-%03d", i) }
-	base := time.Now().Add(2 * time.Second)
+	base := time.Now().Add(4 * time.Second) // room for a loaded machine to create and pay before the first deadline
 	for i := range n {
 		deadline := base.Add(time.Duration(i) * 2 * time.Second / n)
 		if _, err := svc.CreateOrder(ctx, lapse.CreateOrderRequest{
@@ -88,27 +81,11 @@ func TestServiceCancelsOrdersOnTime(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Until(last) + 300*time.Millisecond) // past the last paid order's timer
-	var maxLate time.Duration
-	for i := range n {
-		o, err := svc.Get(ctx, id(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if paid(i) {
-			if o.Status != order.Paid {
-				t.Errorf("%s: paid, now %s", o.ID, o.Status)
-			}
-			continue
-		}
-		if o.Status != order.Cancelled {
-			t.Errorf("%s: %s, want CANCELLED", o.ID, o.Status)
-			continue
-		}
-		if o.CancelledAt.Before(o.CancelAfter) {
-			t.Errorf("%s: cancelled %v before cancel_after", o.ID, o.CancelAfter.Sub(o.CancelledAt))
-		}
-		maxLate = max(maxLate, o.CancelledAt.Sub(later(o.CancelAfter, o.CreatedAt)))
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = id(i)
 	}
+	_, maxLate := servicetest.CheckSettled(t, svc, ids, paid, 3*time.Second)
 	if maxLate > 3*time.Second {
 		t.Errorf("an order was cancelled %v after its deadline", maxLate)
 	}
@@ -123,11 +100,4 @@ func TestServiceCancelsOrdersOnTime(t *testing.T) {
 	}
 	t.Logf("latest cancel %v after its deadline", maxLate.Round(time.Millisecond))
 	storetest.AuditOK(t, st)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
