@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/lapsehq/lapse/timer"
 	kafkatimer "github.com/lapsehq/lapse/timer/kafka"
+	"github.com/lapsehq/lapse/timer/timertest"
 )
 
 // deliveries records what Run loops deliver.
@@ -66,28 +66,9 @@ func (d *deliveries) wait(t *testing.T, timeout time.Duration, keys ...string) {
 	}
 }
 
-// run starts s.Run with h; it is stopped (and checked) when t ends, or by
-// the returned stop.
+// run is timertest.Run for this package's Scheduler.
 func run(t *testing.T, s *kafkatimer.Scheduler, h timer.Handler) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, h) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if !errors.Is(err, context.Canceled) {
-					t.Errorf("Run returned %v, want context.Canceled", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("Run still running 10 s after its ctx was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return timertest.Run(t, s, h)
 }
 
 // A consumer of the ladder that dies after its forward was produced and

@@ -211,28 +211,9 @@ func (r *recorder) waitDelivered(t *testing.T, timeout time.Duration, keys ...st
 	})
 }
 
-// run starts s.Run with h; it is stopped, and must return context.Canceled,
-// when t ends or when the returned stop is called.
+// run is timertest.Run for this package's Scheduler.
 func run(t *testing.T, s *natstimer.Scheduler, h timer.Handler) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, h) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if !errors.Is(err, context.Canceled) {
-					t.Errorf("Run returned %v, want context.Canceled", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Error("Run still running 5s after its ctx was cancelled")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return timertest.Run(t, s, h)
 }
 
 // stream returns a JetStream handle on the stream of prefix.

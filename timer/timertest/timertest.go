@@ -1011,3 +1011,28 @@ func consumersOf(ds []delivery) []int {
 	}
 	return cs
 }
+
+// Run starts s.Run with h, for a backend's own tests: it is stopped, and
+// must return context.Canceled within 10 s, when t ends or when the
+// returned stop is called (once; later calls do nothing).
+func Run(t testing.TB, s timer.Scheduler, h timer.Handler) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, h) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Run returned %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("Run still running 10 s after its ctx was cancelled")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
