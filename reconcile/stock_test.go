@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/inventory"
 	"github.com/lapsehq/lapse/inventory/inventorytest"
 	"github.com/lapsehq/lapse/inventory/reference"
@@ -35,14 +35,7 @@ type shop struct {
 func newShop(t *testing.T, inv *reference.Store) *shop {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := servicetest.SQLite(t)
 	srv := reference.NewServer(inv, reference.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := srv.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)

@@ -6,11 +6,13 @@ package servicetest
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/order"
+	"github.com/lapsehq/lapse/store/sqlite"
 )
 
 // stopWait bounds how long Run waits for the service to stop.
@@ -73,4 +75,21 @@ func CheckSettled(t testing.TB, svc *lapse.Service, ids []string, paid func(i in
 		maxLate = max(maxLate, late)
 	}
 	return cancelled, maxLate
+}
+
+// SQLite opens a migrated SQLite store of t's own (a file in t.TempDir(),
+// synchronous NORMAL: fast, and the tests need no durability), closed when
+// t ends.
+func SQLite(t testing.TB) *sqlite.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -3,14 +3,12 @@ package amqp_test
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lapsehq/lapse"
 	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
-	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
 	amqptimer "github.com/lapsehq/lapse/timer/amqp"
 )
@@ -24,14 +22,7 @@ import (
 func TestServiceExtendOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := servicetest.SQLite(t)
 	storetest.Stock(t, st, 10, "sku")
 	logger := slog.New(slog.DiscardHandler)
 	timers := mustOpen(t, amqptimer.Config{Prefix: newPrefix(t, amqptimer.DefaultLevels), Logger: logger, LossCheck: lossCheck})

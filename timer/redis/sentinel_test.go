@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"github.com/lapsehq/lapse/internal/servicetest"
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
-	"github.com/lapsehq/lapse/store/sqlite"
 	"github.com/lapsehq/lapse/store/storetest"
 	"github.com/lapsehq/lapse/timer"
 	"github.com/lapsehq/lapse/timer/redis"
@@ -137,14 +135,7 @@ func TestSentinelFailoverLosesNoOrder(t *testing.T) {
 	setup := redistest.StartSentinel(t)
 	rdb := sentinelClient(t, setup)
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "lapse.db"), Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := servicetest.SQLite(t)
 	storetest.Stock(t, st, 1_000_000, "sku")
 	prefix := newPrefix(t, rdb)
 	logs := &logBuffer{}
