@@ -135,26 +135,29 @@ func mustNew(t *testing.T, rdb goredis.UniversalClient, cfg redis.Config) *redis
 // timing-sensitive subtests on a small machine. Its own subtests, and both
 // servers, run in parallel.
 func TestConformance(t *testing.T) {
+	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) { exercise(t, rdb, 100_000) })
+}
+
+// exercise runs the timertest suite on rdb with a lease of 1 s; every
+// instance a test asks for shares that test's prefix.
+func exercise(t *testing.T, rdb goredis.UniversalClient, largeN int) {
 	const lease = time.Second
-	forEachServer(t, func(t *testing.T, rdb goredis.UniversalClient) {
-		// Every instance a test asks for shares that test's prefix.
-		var (
-			mu       sync.Mutex
-			prefixes = map[*testing.T]string{}
-		)
-		timertest.Exercise(t, timertest.Features{
-			Durable: true, MultiConsumer: true, CanUnschedule: true,
-			Lease: lease, BatchSize: 200, LargeN: 100_000,
-		}, func(t *testing.T) timer.Scheduler {
-			mu.Lock()
-			prefix, ok := prefixes[t]
-			if !ok {
-				prefix = newPrefix(t, rdb)
-				prefixes[t] = prefix
-			}
-			mu.Unlock()
-			return mustNew(t, rdb, redis.Config{Prefix: prefix, Lease: lease, BatchSize: 200})
-		})
+	var (
+		mu       sync.Mutex
+		prefixes = map[*testing.T]string{}
+	)
+	timertest.Exercise(t, timertest.Features{
+		Durable: true, MultiConsumer: true, CanUnschedule: true,
+		Lease: lease, BatchSize: 200, LargeN: largeN,
+	}, func(t *testing.T) timer.Scheduler {
+		mu.Lock()
+		prefix, ok := prefixes[t]
+		if !ok {
+			prefix = newPrefix(t, rdb)
+			prefixes[t] = prefix
+		}
+		mu.Unlock()
+		return mustNew(t, rdb, redis.Config{Prefix: prefix, Lease: lease, BatchSize: 200})
 	})
 }
 

@@ -18,9 +18,7 @@ import (
 	"github.com/lapsehq/lapse/order"
 	"github.com/lapsehq/lapse/store"
 	"github.com/lapsehq/lapse/store/storetest"
-	"github.com/lapsehq/lapse/timer"
 	"github.com/lapsehq/lapse/timer/redis"
-	"github.com/lapsehq/lapse/timer/timertest"
 )
 
 // The Sentinel tests start their own Redis processes (internal/redistest):
@@ -48,25 +46,7 @@ func sentinelClient(t *testing.T, s *redistest.Sentinel) goredis.UniversalClient
 // standalone client does. Not parallel, as TestConformance, for its
 // timing-sensitive subtests.
 func TestSentinelConformance(t *testing.T) {
-	const lease = time.Second
-	rdb := sentinelClient(t, redistest.StartSentinel(t))
-	var (
-		mu       sync.Mutex
-		prefixes = map[*testing.T]string{}
-	)
-	timertest.Exercise(t, timertest.Features{
-		Durable: true, MultiConsumer: true, CanUnschedule: true,
-		Lease: lease, BatchSize: 200, LargeN: 20_000,
-	}, func(t *testing.T) timer.Scheduler {
-		mu.Lock()
-		prefix, ok := prefixes[t]
-		if !ok {
-			prefix = newPrefix(t, rdb)
-			prefixes[t] = prefix
-		}
-		mu.Unlock()
-		return mustNew(t, rdb, redis.Config{Prefix: prefix, Lease: lease, BatchSize: 200})
-	})
+	exercise(t, sentinelClient(t, redistest.StartSentinel(t)), 20_000)
 }
 
 // Seed markers that say "ok" for another Redis process — what a failover to
